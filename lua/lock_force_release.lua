@@ -1,0 +1,13 @@
+-- Free a lock whoever holds it (RLock, fenced lock). Redisson protocol §3.6.
+--
+-- KEYS[1]  lock hash <raw>
+-- KEYS[2]  unlock channel redisson_lock__channel:{<raw>}
+-- ARGV[1]  unlock message, always "0"
+-- ARGV[2]  publish command, PUBLISH or SPUBLISH
+--
+-- Reply: 1 when a hold was deleted (and waiters were told), 0 when the lock was free.
+if redis.call('del', KEYS[1]) == 1 then
+    redis.call(ARGV[2], KEYS[2], ARGV[1])
+    return 1
+end
+return 0

@@ -1,0 +1,22 @@
+-- Watchdog renewal of many holds in one call. Redisson protocol §3.7 (batched form).
+-- Every key of one call lives in the same cluster slot.
+--
+-- KEYS[i]    lock hash of hold i
+-- ARGV[1]    new TTL in ms (the watchdog timeout)
+-- ARGV[i+1]  owner field of hold i
+--
+-- Reply: an array with one integer per key, in KEYS order: 1 when the hold still exists and
+-- its TTL was reset, 0 when it is gone (the caller stops renewing it and reports the loss).
+-- A key that is no longer a hash counts as gone instead of failing the whole batch.
+local ttl = ARGV[1]
+local renewed = {}
+for i, key in ipairs(KEYS) do
+    local owner = ARGV[i + 1]
+    if redis.call('type', key).ok == 'hash' and redis.call('hexists', key, owner) == 1 then
+        redis.call('pexpire', key, ttl)
+        renewed[i] = 1
+    else
+        renewed[i] = 0
+    end
+end
+return renewed

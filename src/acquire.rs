@@ -1,0 +1,204 @@
+//! The wait loop every lock kind shares (protocol §3.9, §3.10), and the cancellation rule
+//! that goes with it: a hold obtained after the caller gave up is released at once.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::engine::{BoxFuture, Engine};
+use crate::error::{Error, Result};
+use crate::pubsub::Subscription;
+
+/// The outcome of one acquire script.
+pub(crate) enum Attempt<T> {
+    Acquired(T),
+    /// Someone else holds it; `ttl` is their remaining lease (`None`: the key never expires).
+    Busy {
+        ttl: Option<Duration>,
+    },
+}
+
+impl<T> Attempt<T> {
+    /// Reads Redisson's acquire reply: nil when acquired, else the holder's PTTL.
+    pub(crate) fn from_pttl(reply: Option<i64>, acquired: T) -> Attempt<T> {
+        match reply {
+            None => Attempt::Acquired(acquired),
+            Some(ms) if ms >= 0 => Attempt::Busy {
+                ttl: Some(Duration::from_millis(ms as u64)),
+            },
+            // -1: the key has no TTL; -2: it vanished meanwhile (try again at once).
+            Some(-2) => Attempt::Busy {
+                ttl: Some(Duration::ZERO),
+            },
+            Some(_) => Attempt::Busy { ttl: None },
+        }
+    }
+}
+
+/// How long a waiter sleeps between attempts when no unlock message can reach it (the key
+/// has no TTL, or subscribing failed).
+const POLL_WITHOUT_MESSAGES: Duration = Duration::from_millis(500);
+/// Back-off between attempts while Redis is unreachable during a wait.
+const OUTAGE_BACKOFF: (Duration, Duration) = (Duration::from_millis(50), Duration::from_secs(1));
+
+/// Takes a hold by Redisson's algorithm: try; subscribe to `channel`; then until `deadline`:
+/// try again, and wait for an unlock message or for the holder's lease to run out.
+///
+/// `attempt` runs one acquire script; it must leave no hold behind when it is dropped
+/// mid-flight (see [`InFlight`]). Returns `Ok(None)` when `deadline` passed.
+///
+/// Errors of the first attempt are returned as they are (Redis down, wrong type). Once
+/// waiting, transient errors are retried with back-off until Redis has been unreachable for
+/// `outage_limit`; this is what lets a waiter ride out a Redis restart.
+pub(crate) async fn acquire<T, F, Fut>(
+    engine: &Engine,
+    channel: &str,
+    deadline: Option<Instant>,
+    mut attempt: F,
+) -> Result<Option<T>>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<Attempt<T>>>,
+{
+    if let Attempt::Acquired(hold) = attempt().await? {
+        return Ok(Some(hold));
+    }
+    let outage_limit = engine.settings.watchdog_timeout;
+    let mut subscription: Option<Subscription> = None;
+    let mut outage: Option<(Instant, Duration)> = None;
+    loop {
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            return Ok(None);
+        }
+        engine.check_open()?;
+        if subscription.is_none() {
+            let subscribing = engine.pubsub.subscribe(channel);
+            let subscribed = match deadline {
+                Some(deadline) => match tokio::time::timeout_at(deadline, subscribing).await {
+                    Ok(result) => result,
+                    Err(_) => return Ok(None),
+                },
+                None => subscribing.await,
+            };
+            match subscribed {
+                Ok(sub) => subscription = Some(sub),
+                Err(Error::Closed) => return Err(Error::Closed),
+                // Waiting still works without messages, only slower: poll and retry later.
+                Err(error) => tracing::debug!(%error, channel, "subscribing failed; polling"),
+            }
+        }
+
+        // Register for the next message before trying, so one sent in between is kept.
+        let notified = subscription.as_ref().map(|s| s.notify().notified());
+        let mut notified = std::pin::pin!(notified);
+        if let Some(notified) = notified.as_mut().as_pin_mut() {
+            notified.enable();
+        }
+
+        let ttl = match attempt().await {
+            Ok(Attempt::Acquired(hold)) => return Ok(Some(hold)),
+            Ok(Attempt::Busy { ttl }) => {
+                outage = None;
+                ttl
+            }
+            Err(error) if error.is_retryable() => {
+                let (since, backoff) = outage.get_or_insert((Instant::now(), OUTAGE_BACKOFF.0));
+                if since.elapsed() >= outage_limit {
+                    return Err(error);
+                }
+                tracing::debug!(%error, channel, "attempt failed while waiting; retrying");
+                let pause = *backoff;
+                *backoff = (*backoff * 2).min(OUTAGE_BACKOFF.1);
+                Some(pause)
+            }
+            Err(error) => return Err(error),
+        };
+
+        let mut wait = match (ttl, &subscription) {
+            (Some(ttl), Some(_)) => ttl,
+            (Some(ttl), None) => ttl.min(POLL_WITHOUT_MESSAGES),
+            (None, _) => POLL_WITHOUT_MESSAGES,
+        };
+        if outage.is_some() {
+            // Messages are unreliable during an outage: back off, do not wait on them.
+            tokio::time::sleep(wait).await;
+            continue;
+        }
+        if let Some(deadline) = deadline {
+            wait = wait.min(deadline.saturating_duration_since(Instant::now()));
+        }
+        match notified.as_mut().as_pin_mut() {
+            Some(notified) => {
+                let _ = tokio::time::timeout(wait, notified).await;
+            }
+            None => tokio::time::sleep(wait).await,
+        }
+    }
+}
+
+/// The instant a wait of `wait` from now ends, or an error when it cannot be represented.
+pub(crate) fn deadline_after(wait: Duration) -> Result<Instant> {
+    Instant::now().checked_add(wait).ok_or_else(|| {
+        Error::invalid("wait is too long to represent; use lock() to wait without a limit")
+    })
+}
+
+/// An acquire script on the wire. If the caller drops it before the reply arrives, the
+/// reply is awaited in the background and a hold it took is handed to `orphan`, which
+/// releases it. This keeps `tokio::time::timeout(lock.lock(..))` and `select!` safe.
+pub(crate) struct InFlight<T: Send + 'static> {
+    call: Option<BoxFuture<Result<Attempt<T>>>>,
+    orphan: Option<Box<dyn FnOnce(T) -> BoxFuture<()> + Send>>,
+}
+
+impl<T: Send + 'static> InFlight<T> {
+    pub(crate) fn new(
+        call: BoxFuture<Result<Attempt<T>>>,
+        orphan: impl FnOnce(T) -> BoxFuture<()> + Send + 'static,
+    ) -> Self {
+        InFlight {
+            call: Some(call),
+            orphan: Some(Box::new(orphan)),
+        }
+    }
+}
+
+impl<T: Send + 'static> Future for InFlight<T> {
+    type Output = Result<Attempt<T>>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let call = self
+            .call
+            .as_mut()
+            .expect("InFlight polled after completion");
+        let reply = std::task::ready!(call.as_mut().poll(cx));
+        self.call = None;
+        Poll::Ready(reply)
+    }
+}
+
+impl<T: Send + 'static> Unpin for InFlight<T> {}
+
+impl<T: Send + 'static> Drop for InFlight<T> {
+    fn drop(&mut self) {
+        let (Some(call), Some(orphan)) = (self.call.take(), self.orphan.take()) else {
+            return;
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                runtime.spawn(async move {
+                    if let Ok(Attempt::Acquired(hold)) = call.await {
+                        tracing::debug!("acquired after the caller gave up; releasing");
+                        orphan(hold).await;
+                    }
+                });
+            }
+            Err(_) => tracing::warn!(
+                "acquire dropped outside a Tokio runtime; a hold it may take expires with its lease"
+            ),
+        }
+    }
+}

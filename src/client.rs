@@ -1,0 +1,288 @@
+//! The entry point: a connection to Redis shared by every lock made from it.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use fred::clients::{Client, SubscriberClient};
+use fred::interfaces::ClientLike;
+use fred::types::config::{Config, ReconnectPolicy};
+use fred::types::Builder;
+use uuid::Uuid;
+
+use crate::engine::{Engine, Settings};
+use crate::error::{Error, Result};
+use crate::pubsub::Flavour;
+use crate::{Lock, LockOwner};
+
+/// A connection to Redis for locks: one command connection, one subscriber connection, one
+/// watchdog task and one pub/sub task, shared by every lock and guard made from it.
+///
+/// Cheap to clone (an `Arc`). Each `LockClient` has its own random client id, as each
+/// `RedissonClient` does, so owners of different clients exclude each other.
+#[derive(Clone)]
+pub struct LockClient {
+    engine: Arc<Engine>,
+}
+
+impl LockClient {
+    /// Connects to one Redis server from a `redis://` or `rediss://` URL, with the default
+    /// settings and automatic reconnection.
+    ///
+    /// # Errors
+    /// [`Error::Redis`] when the URL is invalid or the server cannot be reached.
+    pub async fn connect(url: &str) -> Result<LockClient> {
+        LockClient::builder().url(url).build().await
+    }
+
+    /// A builder for every other set-up.
+    pub fn builder() -> LockClientBuilder {
+        LockClientBuilder::default()
+    }
+
+    /// This client's id: the `<client uuid>` part of its owners' fields.
+    pub fn id(&self) -> Uuid {
+        self.engine.client_id
+    }
+
+    /// A fresh owner identity, distinct from every other owner of this client.
+    pub fn new_owner(&self) -> LockOwner {
+        self.engine.new_owner()
+    }
+
+    /// A handle on the reentrant lock `name` (Redisson's `getLock(name)`). No I/O.
+    ///
+    /// The client's name prefix is put in front of `name` to form the Redis key. An empty
+    /// name is refused by the handle's methods with [`Error::InvalidArgument`].
+    pub fn lock(&self, name: &str) -> Lock {
+        Lock::new(self.engine.clone(), name)
+    }
+
+    /// The fred client that runs this client's commands, for anything this crate does not
+    /// cover.
+    pub fn redis(&self) -> &Client {
+        &self.engine.redis
+    }
+
+    /// Stops the watchdog and the pub/sub task and closes the connections this client
+    /// opened. Holds are not released, as in Redisson: they expire within their lease.
+    /// Every guard's `lease_lost()` fires, waiting calls end with [`Error::Closed`], and so
+    /// does every later call.
+    pub async fn shutdown(&self) {
+        self.engine.shutdown().await;
+    }
+
+    /// Whether [`shutdown`](LockClient::shutdown) was called.
+    pub fn is_shut_down(&self) -> bool {
+        self.engine.is_closed()
+    }
+
+    /// How many holds the watchdog is renewing.
+    pub fn renewed_holds(&self) -> usize {
+        self.engine.watchdog.len()
+    }
+
+    /// How many pub/sub channels this client listens to (each shared by all its waiters).
+    pub fn subscribed_channels(&self) -> usize {
+        self.engine.pubsub.channel_count()
+    }
+}
+
+impl fmt::Debug for LockClient {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LockClient")
+            .field("id", &self.engine.client_id)
+            .field("settings", &self.engine.settings)
+            .finish()
+    }
+}
+
+enum Source {
+    None,
+    Url(String),
+    Config(Box<Config>),
+    Clients(Client, Option<SubscriberClient>),
+}
+
+/// Configures a [`LockClient`].
+///
+/// # Default
+/// - `watchdog_timeout`: 30 s (Redisson's `lockWatchdogTimeout`); renewal every third of it.
+/// - `name_prefix`: none (Redisson's identity name mapper).
+/// - `command_timeout`: 3 s (Redisson's `timeout`).
+#[must_use]
+pub struct LockClientBuilder {
+    source: Source,
+    watchdog_timeout: Duration,
+    name_prefix: String,
+    command_timeout: Duration,
+}
+
+impl fmt::Debug for LockClientBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LockClientBuilder")
+            .field("watchdog_timeout", &self.watchdog_timeout)
+            .field("name_prefix", &self.name_prefix)
+            .field("command_timeout", &self.command_timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Default for LockClientBuilder {
+    fn default() -> Self {
+        LockClientBuilder {
+            source: Source::None,
+            watchdog_timeout: Duration::from_secs(30),
+            name_prefix: String::new(),
+            command_timeout: Duration::from_secs(3),
+        }
+    }
+}
+
+impl LockClientBuilder {
+    /// Connect to the server of a `redis://` or `rediss://` URL (or any URL fred accepts).
+    pub fn url(mut self, url: &str) -> Self {
+        self.source = Source::Url(url.to_owned());
+        self
+    }
+
+    /// Connect with a fred [`Config`] (sentinel, TLS, credentials and so on). The client adds
+    /// automatic reconnection and its command timeout.
+    pub fn config(mut self, config: Config) -> Self {
+        self.source = Source::Config(Box::new(config));
+        self
+    }
+
+    /// Use clients you built and connected yourself. `subscriber` receives the unlock
+    /// messages; when `None`, one is made with `redis`'s configuration. Give `redis` a
+    /// reconnect policy, or it will not reconnect. Your clients are not closed by
+    /// [`LockClient::shutdown`].
+    pub fn clients(mut self, redis: Client, subscriber: Option<SubscriberClient>) -> Self {
+        self.source = Source::Clients(redis, subscriber);
+        self
+    }
+
+    /// The lease of holds taken without a fixed lease, renewed every third of it. If the
+    /// process dies, its locks free themselves within this time.
+    pub fn watchdog_timeout(mut self, timeout: Duration) -> Self {
+        self.watchdog_timeout = timeout;
+        self
+    }
+
+    /// Put `prefix` in front of every lock name to form its Redis key, as Redisson's name
+    /// mapper does; every derived key and channel follows. Give Java clients the same mapper.
+    pub fn name_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.name_prefix = prefix.into();
+        self
+    }
+
+    /// How long one Redis command may take, waiting for a reconnect included.
+    pub fn command_timeout(mut self, timeout: Duration) -> Self {
+        self.command_timeout = timeout;
+        self
+    }
+
+    /// Connects and starts the client's background tasks.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] when no server was named or a duration is out of range
+    /// (the watchdog timeout must be at least 3 ms, the command timeout at least 1 ms, both
+    /// whole milliseconds below `i64::MAX`); [`Error::Redis`] when Redis cannot be reached.
+    pub async fn build(self) -> Result<LockClient> {
+        check_millis("watchdog_timeout", self.watchdog_timeout, 3)?;
+        check_millis("command_timeout", self.command_timeout, 1)?;
+        let command_timeout = self.command_timeout;
+        let configure = |builder: &mut Builder| {
+            builder
+                .set_policy(ReconnectPolicy::new_exponential(0, 50, 2_000, 2))
+                .with_performance_config(|perf| {
+                    perf.default_command_timeout = command_timeout;
+                    // Messages beyond this are not lost for waiters, only coalesced.
+                    perf.broadcast_channel_capacity = 1024;
+                })
+                .with_connection_config(|conn| {
+                    conn.connection_timeout = command_timeout;
+                    conn.internal_command_timeout = command_timeout;
+                });
+        };
+        let (redis, subscriber, owns_redis) = match self.source {
+            Source::None => {
+                return Err(Error::invalid(
+                    "no Redis server given: call url(), config() or clients()",
+                ))
+            }
+            Source::Url(url) => {
+                let config = Config::from_url(&url)?;
+                let (redis, subscriber) = connect(config, configure).await?;
+                (redis, subscriber, true)
+            }
+            Source::Config(config) => {
+                let (redis, subscriber) = connect(*config, configure).await?;
+                (redis, subscriber, true)
+            }
+            Source::Clients(redis, subscriber) => {
+                let subscriber = match subscriber {
+                    Some(subscriber) => subscriber,
+                    None => {
+                        let mut builder = Builder::from_config(redis.client_config());
+                        builder
+                            .set_connection_config(redis.connection_config().clone())
+                            .set_performance_config(redis.perf_config());
+                        if let Some(policy) = redis.client_reconnect_policy() {
+                            builder.set_policy(policy);
+                        }
+                        let subscriber = builder.build_subscriber_client()?;
+                        subscriber.init().await?;
+                        subscriber
+                    }
+                };
+                (redis, subscriber, false)
+            }
+        };
+        let flavour = if redis.is_clustered() {
+            Flavour::Sharded
+        } else {
+            Flavour::Classic
+        };
+        let settings = Settings {
+            watchdog_timeout: self.watchdog_timeout,
+            name_prefix: self.name_prefix,
+            command_timeout,
+            flavour,
+        };
+        Ok(LockClient {
+            engine: Engine::start(redis, subscriber, settings, owns_redis),
+        })
+    }
+}
+
+async fn connect(
+    config: Config,
+    configure: impl Fn(&mut Builder),
+) -> Result<(Client, SubscriberClient)> {
+    let mut builder = Builder::from_config(config);
+    configure(&mut builder);
+    let redis = builder.build()?;
+    let subscriber = builder.build_subscriber_client()?;
+    redis.init().await?;
+    if let Err(error) = subscriber.init().await {
+        let _ = redis.quit().await;
+        return Err(error.into());
+    }
+    Ok((redis, subscriber))
+}
+
+fn check_millis(what: &str, duration: Duration, min_ms: u128) -> Result<()> {
+    let ms = duration.as_millis();
+    if ms < min_ms {
+        return Err(Error::InvalidArgument(
+            format!("{what} must be at least {min_ms} ms, got {duration:?}").into(),
+        ));
+    }
+    if i64::try_from(ms).is_err() {
+        return Err(Error::InvalidArgument(
+            format!("{what} is too long to express in milliseconds").into(),
+        ));
+    }
+    Ok(())
+}

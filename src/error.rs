@@ -1,0 +1,140 @@
+//! The crate's one error type.
+
+use std::borrow::Cow;
+
+use fred::error::{Error as RedisError, ErrorKind};
+
+use crate::LockOwner;
+
+/// Everything that can go wrong in this crate.
+///
+/// "The lock is busy" and "the wait ran out" are not errors: the `try_*` methods return
+/// `Ok(None)` for them.
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// Redis could not be reached, or answered with an error. When this comes from an
+    /// acquire or release, the command may or may not have run on the server; see
+    /// [`Error::is_retryable`].
+    #[error("redis error: {0}")]
+    Redis(#[from] RedisError),
+
+    /// The owner does not hold the lock: it never did, or its lease ran out, or someone
+    /// force-unlocked it. Redisson reports the same case as `IllegalMonitorStateException`.
+    #[error("lock {name:?} is not held by {owner}")]
+    NotHeld {
+        /// The lock's name as the caller gave it.
+        name: String,
+        /// The owner that tried to release it.
+        owner: LockOwner,
+    },
+
+    /// The key exists in Redis but is not a lock of this kind (for example a string or a
+    /// list stored under the lock's name).
+    #[error("key {name:?} exists but is not a lock hash")]
+    WrongType {
+        /// The Redis key that holds the wrong type.
+        name: String,
+    },
+
+    /// An owner tried to take again a non-reentrant lock it already holds, or a read-write
+    /// lock refused an upgrade from read to write.
+    #[error("{0}")]
+    WouldDeadlock(Cow<'static, str>),
+
+    /// An argument was rejected before anything was sent: an empty name, a zero lease, a
+    /// duration too large to express in milliseconds, or a bad configuration value.
+    #[error("invalid argument: {0}")]
+    InvalidArgument(Cow<'static, str>),
+
+    /// A script answered with a shape this crate does not expect. This points at a key
+    /// modified by something that does not follow the lock protocol.
+    #[error("unexpected reply from {script}: {detail}")]
+    UnexpectedReply {
+        /// The script that answered.
+        script: &'static str,
+        /// What came back.
+        detail: String,
+    },
+
+    /// The [`LockClient`](crate::LockClient) was shut down.
+    #[error("the lock client was shut down")]
+    Closed,
+}
+
+/// `Result` with this crate's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    /// Whether the failure is transient: the connection dropped, a command timed out, or
+    /// Redis is loading, failing over or refusing writes for a moment. Trying the same call
+    /// again later may succeed.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            Error::Redis(e) => is_transient(e),
+            _ => false,
+        }
+    }
+
+    pub(crate) fn invalid(message: impl Into<Cow<'static, str>>) -> Self {
+        Error::InvalidArgument(message.into())
+    }
+}
+
+/// Whether a fred error leaves Redis in a state worth trying again soon.
+pub(crate) fn is_transient(error: &RedisError) -> bool {
+    match error.kind() {
+        ErrorKind::IO | ErrorKind::Timeout | ErrorKind::Canceled | ErrorKind::Backpressure => true,
+        _ => {
+            let details = error.details();
+            [
+                "LOADING",
+                "MASTERDOWN",
+                "READONLY",
+                "TRYAGAIN",
+                "CLUSTERDOWN",
+                "BUSY",
+            ]
+            .iter()
+            .any(|prefix| details.starts_with(prefix))
+                || details.contains("Too many failed write attempts")
+                || details.contains("Connection closed")
+        }
+    }
+}
+
+/// Whether Redis refused a command because a key holds the wrong type.
+pub(crate) fn is_wrong_type(error: &RedisError) -> bool {
+    error.details().contains("WRONGTYPE")
+}
+
+/// Whether Redis no longer has a script in its cache.
+pub(crate) fn is_noscript(error: &RedisError) -> bool {
+    error.details().starts_with("NOSCRIPT")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn classifies_server_errors() {
+        let noscript = RedisError::new(
+            ErrorKind::Unknown,
+            "NOSCRIPT No matching script. Please use EVAL.",
+        );
+        assert!(is_noscript(&noscript));
+        assert!(!is_transient(&noscript));
+
+        let wrong = RedisError::new(
+            ErrorKind::InvalidArgument,
+            "WRONGTYPE Operation against a key holding the wrong kind of value script: x",
+        );
+        assert!(is_wrong_type(&wrong));
+
+        let loading = RedisError::new(ErrorKind::Unknown, "LOADING Redis is loading the dataset");
+        assert!(Error::Redis(loading).is_retryable());
+        assert!(Error::Redis(RedisError::new(ErrorKind::IO, "reset")).is_retryable());
+        assert!(!Error::Closed.is_retryable());
+    }
+}

@@ -1,0 +1,175 @@
+//! Every Redis key, channel, field suffix and message this crate uses, built by Redisson's
+//! naming rules (protocol §2). Nothing else in the crate formats a Redis name.
+
+use std::sync::Arc;
+
+/// The unlock message of every exclusive lock and of read unlocks: wakes one waiter.
+pub(crate) const UNLOCK_MESSAGE: &str = "0";
+/// The message of a write unlock: wakes every waiter.
+#[allow(dead_code)]
+pub(crate) const READ_UNLOCK_MESSAGE: &str = "1";
+
+/// Redisson's `prefixName`: `prefix:name` when the name already has a `{`, else
+/// `prefix:{name}`, so every derived name lands in the lock key's cluster slot.
+pub(crate) fn prefix_name(prefix: &str, name: &str) -> String {
+    if name.contains('{') {
+        format!("{prefix}:{name}")
+    } else {
+        format!("{prefix}:{{{name}}}")
+    }
+}
+
+/// Redisson's `suffixName`: `name:suffix` when the name has a `{`, else `{name}:suffix`.
+pub(crate) fn suffix_name(name: &str, suffix: &str) -> String {
+    if name.contains('{') {
+        format!("{name}:{suffix}")
+    } else {
+        format!("{{{name}}}:{suffix}")
+    }
+}
+
+/// The names derived from one lock's raw (prefixed) name.
+#[derive(Debug, Clone)]
+pub(crate) struct LockKeys {
+    /// The lock hash, which is also the raw name.
+    pub(crate) raw: Arc<str>,
+    /// `redisson_lock__channel:{raw}`: unlock messages of plain, fair, fenced locks.
+    pub(crate) channel: Arc<str>,
+}
+
+impl LockKeys {
+    /// `raw` is the user's name after the client's name prefix was applied.
+    pub(crate) fn new(raw: &str) -> Self {
+        LockKeys {
+            raw: raw.into(),
+            channel: prefix_name("redisson_lock__channel", raw).into(),
+        }
+    }
+
+    /// `redisson_unlock_latch:{raw}:<request id>`.
+    pub(crate) fn unlock_latch(&self, request_id: &str) -> String {
+        format!(
+            "{}:{request_id}",
+            prefix_name("redisson_unlock_latch", &self.raw)
+        )
+    }
+
+    /// `redisson_lock_queue:{raw}`: the fair lock's waiting list.
+    #[allow(dead_code)]
+    pub(crate) fn fair_queue(&self) -> String {
+        prefix_name("redisson_lock_queue", &self.raw)
+    }
+
+    /// `redisson_lock_timeout:{raw}`: the fair lock's waiter deadlines.
+    #[allow(dead_code)]
+    pub(crate) fn fair_timeouts(&self) -> String {
+        prefix_name("redisson_lock_timeout", &self.raw)
+    }
+
+    /// `redisson_lock__channel:{raw}:<owner field>`: one fair waiter's own channel.
+    #[allow(dead_code)]
+    pub(crate) fn fair_waiter_channel(&self, owner_field: &str) -> String {
+        format!("{}:{owner_field}", self.channel)
+    }
+
+    /// `redisson_lock_token:{raw}`: the fenced lock's token counter.
+    #[allow(dead_code)]
+    pub(crate) fn fence_token(&self) -> String {
+        prefix_name("redisson_lock_token", &self.raw)
+    }
+
+    /// `redisson_rwlock:{raw}`: the read-write lock's channel.
+    #[allow(dead_code)]
+    pub(crate) fn rw_channel(&self) -> String {
+        prefix_name("redisson_rwlock", &self.raw)
+    }
+
+    /// `{raw}:<owner field>:rwlock_timeout`: prefix of one reader's per-hold timeout keys.
+    #[allow(dead_code)]
+    pub(crate) fn read_timeout_prefix(&self, owner_field: &str) -> String {
+        suffix_name(&self.raw, &format!("{owner_field}:rwlock_timeout"))
+    }
+
+    /// The part of every reader's timeout prefix before `:<owner field>`: `{raw}`, or the
+    /// raw name itself when it already carries a `{`.
+    #[allow(dead_code)]
+    pub(crate) fn read_key_prefix(&self) -> String {
+        if self.raw.contains('{') {
+            self.raw.to_string()
+        } else {
+            format!("{{{}}}", self.raw)
+        }
+    }
+}
+
+/// The write side's hash field: `<owner field>:write`.
+#[allow(dead_code)]
+pub(crate) fn write_field(owner_field: &str) -> String {
+    format!("{owner_field}:write")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const U: &str = "U";
+
+    // The literal examples of the protocol's naming table (§2.3), for both name styles.
+    #[test]
+    fn plain_name() {
+        let k = LockKeys::new("orders");
+        assert_eq!(&*k.raw, "orders");
+        assert_eq!(&*k.channel, "redisson_lock__channel:{orders}");
+        assert_eq!(
+            k.fair_waiter_channel(&format!("{U}:57")),
+            "redisson_lock__channel:{orders}:U:57"
+        );
+        assert_eq!(k.fair_queue(), "redisson_lock_queue:{orders}");
+        assert_eq!(k.fair_timeouts(), "redisson_lock_timeout:{orders}");
+        assert_eq!(k.unlock_latch("R"), "redisson_unlock_latch:{orders}:R");
+        assert_eq!(k.fence_token(), "redisson_lock_token:{orders}");
+        assert_eq!(k.rw_channel(), "redisson_rwlock:{orders}");
+        assert_eq!(
+            format!("{}:1", k.read_timeout_prefix("U:57")),
+            "{orders}:U:57:rwlock_timeout:1"
+        );
+        assert_eq!(k.read_key_prefix(), "{orders}");
+        assert_eq!(write_field("U:57"), "U:57:write");
+    }
+
+    #[test]
+    fn hash_tagged_name() {
+        let k = LockKeys::new("{user:7}:cart");
+        assert_eq!(&*k.raw, "{user:7}:cart");
+        assert_eq!(&*k.channel, "redisson_lock__channel:{user:7}:cart");
+        assert_eq!(
+            k.fair_waiter_channel("U:57"),
+            "redisson_lock__channel:{user:7}:cart:U:57"
+        );
+        assert_eq!(k.fair_queue(), "redisson_lock_queue:{user:7}:cart");
+        assert_eq!(k.fair_timeouts(), "redisson_lock_timeout:{user:7}:cart");
+        assert_eq!(k.unlock_latch("R"), "redisson_unlock_latch:{user:7}:cart:R");
+        assert_eq!(k.fence_token(), "redisson_lock_token:{user:7}:cart");
+        assert_eq!(k.rw_channel(), "redisson_rwlock:{user:7}:cart");
+        assert_eq!(
+            format!("{}:1", k.read_timeout_prefix("U:57")),
+            "{user:7}:cart:U:57:rwlock_timeout:1"
+        );
+        assert_eq!(k.read_key_prefix(), "{user:7}:cart");
+    }
+
+    #[test]
+    fn name_mapper_prefix_is_part_of_the_raw_name() {
+        let k = LockKeys::new("app1:orders");
+        assert_eq!(&*k.channel, "redisson_lock__channel:{app1:orders}");
+    }
+
+    #[test]
+    fn only_an_opening_brace_counts() {
+        // Redisson tests for `{` alone, whether or not the tag is well formed.
+        assert_eq!(prefix_name("p", "a{b"), "p:a{b");
+        assert_eq!(prefix_name("p", "a}b"), "p:{a}b}");
+        assert_eq!(suffix_name("a}b", "s"), "{a}b}:s");
+        assert_eq!(suffix_name("x{y}", "s"), "x{y}:s");
+    }
+}

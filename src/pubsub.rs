@@ -1,0 +1,367 @@
+//! Unlock notifications: one subscriber connection per client, shared by every waiter.
+//!
+//! Waiters hold a [`Subscription`] per channel; channels are reference-counted and one
+//! background task (the only one that talks to the subscriber connection, so SUBSCRIBE and
+//! UNSUBSCRIBE reach the server in the order they were decided) subscribes, confirms each
+//! batch with a PING on the same connection (fred's `subscribe()` returns before the server
+//! has processed it), unsubscribes channels nobody waits on, and dispatches messages.
+//!
+//! A message is a hint, never a promise: waiters always bound their wait by the holder's
+//! TTL. So whenever messages may have been missed (fred's broadcast buffer lagged, the
+//! connection came back) every waiter is woken to check again.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use fred::clients::SubscriberClient;
+use fred::error::Error as RedisError;
+use fred::interfaces::{ClientLike, EventInterface, PubsubInterface};
+use fred::types::Value;
+use parking_lot::Mutex;
+use tokio::sync::{broadcast, mpsc, oneshot, watch, Notify};
+
+use crate::error::{Error, Result};
+
+/// Which pub/sub commands the deployment's Redisson clients use (protocol §9.2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Flavour {
+    /// SUBSCRIBE / PUBLISH: single servers, sentinel and replicated setups.
+    Classic,
+    /// SSUBSCRIBE / SPUBLISH: Redis 7+ clusters.
+    #[allow(dead_code)]
+    Sharded,
+}
+
+impl Flavour {
+    /// The publish command the lock scripts are told to use.
+    pub(crate) fn publish_command(self) -> &'static str {
+        match self {
+            Flavour::Classic => "PUBLISH",
+            Flavour::Sharded => "SPUBLISH",
+        }
+    }
+}
+
+/// What a message asks of the local waiters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Wake {
+    /// `0`: one waiter may now succeed.
+    One,
+    /// `1`: every waiter should try (a write unlock freed the read side).
+    All,
+}
+
+impl Wake {
+    pub(crate) fn from_payload(value: &Value) -> Option<Wake> {
+        match value.as_str().as_deref().map(str::trim) {
+            Some("0") => Some(Wake::One),
+            Some("1") => Some(Wake::All),
+            _ => None,
+        }
+    }
+}
+
+struct Channel {
+    refs: usize,
+    notify: Arc<Notify>,
+    /// Set once the server has confirmed the subscription.
+    subscribed: bool,
+}
+
+type Channels = Mutex<HashMap<Arc<str>, Channel>>;
+
+enum Request {
+    Subscribe(Arc<str>, oneshot::Sender<Result<(), RedisError>>),
+    /// The last reference to a channel was dropped.
+    Release(Arc<str>),
+}
+
+pub(crate) struct PubSub {
+    channels: Arc<Channels>,
+    requests: mpsc::UnboundedSender<Request>,
+}
+
+impl PubSub {
+    /// Starts the task that owns `subscriber`; it ends when `shutdown` turns true.
+    pub(crate) fn start(
+        subscriber: SubscriberClient,
+        flavour: Flavour,
+        shutdown: watch::Receiver<bool>,
+    ) -> PubSub {
+        let channels: Arc<Channels> = Arc::default();
+        let (requests, request_rx) = mpsc::unbounded_channel();
+        let task = Task {
+            messages: subscriber.message_rx(),
+            reconnects: subscriber.reconnect_rx(),
+            subscriber,
+            flavour,
+            channels: channels.clone(),
+        };
+        tokio::spawn(task.run(request_rx, shutdown));
+        PubSub { channels, requests }
+    }
+
+    /// Takes a reference to `channel`, subscribing when this is the first one. Returns
+    /// once the server is known to deliver the channel's messages to this client.
+    ///
+    /// # Cancel safety
+    /// Dropping the future drops the reference it took.
+    pub(crate) async fn subscribe(&self, channel: &str) -> Result<Subscription> {
+        let (subscription, subscribed) = {
+            let mut channels = self.channels.lock();
+            let entry = channels.entry(channel.into()).or_insert_with(|| Channel {
+                refs: 0,
+                notify: Arc::new(Notify::new()),
+                subscribed: false,
+            });
+            entry.refs += 1;
+            let subscription = Subscription {
+                channel: channel.into(),
+                notify: entry.notify.clone(),
+                channels: self.channels.clone(),
+                requests: self.requests.clone(),
+            };
+            (subscription, entry.subscribed)
+        };
+        if !subscribed {
+            let (done, confirmed) = oneshot::channel();
+            self.requests
+                .send(Request::Subscribe(subscription.channel.clone(), done))
+                .map_err(|_| Error::Closed)?;
+            confirmed.await.map_err(|_| Error::Closed)??;
+        }
+        Ok(subscription)
+    }
+
+    /// The number of channels this client is subscribed to or about to be.
+    #[allow(dead_code)]
+    pub(crate) fn channel_count(&self) -> usize {
+        self.channels.lock().len()
+    }
+
+    /// Wakes every waiter, for example so that they notice a shutdown.
+    pub(crate) fn wake_all(&self) {
+        wake_all(&self.channels);
+    }
+}
+
+/// One waiter's reference to a channel. Dropping it releases the reference.
+pub(crate) struct Subscription {
+    channel: Arc<str>,
+    notify: Arc<Notify>,
+    channels: Arc<Channels>,
+    requests: mpsc::UnboundedSender<Request>,
+}
+
+impl Subscription {
+    /// Where messages for this channel are signalled.
+    pub(crate) fn notify(&self) -> &Notify {
+        &self.notify
+    }
+}
+
+impl Drop for Subscription {
+    fn drop(&mut self) {
+        let mut channels = self.channels.lock();
+        if let Some(entry) = channels.get_mut(&self.channel) {
+            entry.refs -= 1;
+            if entry.refs == 0 {
+                // The task unsubscribes unless someone took a new reference meanwhile.
+                let _ = self.requests.send(Request::Release(self.channel.clone()));
+            }
+        }
+    }
+}
+
+fn wake(notify: &Notify, wake: Wake) {
+    match wake {
+        Wake::One => notify.notify_one(),
+        Wake::All => {
+            notify.notify_waiters();
+            // Also leave a permit for a waiter that is between two attempts.
+            notify.notify_one();
+        }
+    }
+}
+
+fn wake_all(channels: &Channels) {
+    for entry in channels.lock().values() {
+        wake(&entry.notify, Wake::All);
+    }
+}
+
+struct Task {
+    subscriber: SubscriberClient,
+    flavour: Flavour,
+    channels: Arc<Channels>,
+    messages: broadcast::Receiver<fred::types::Message>,
+    reconnects: broadcast::Receiver<fred::types::config::Server>,
+}
+
+impl Task {
+    async fn run(
+        mut self,
+        mut requests: mpsc::UnboundedReceiver<Request>,
+        mut shutdown: watch::Receiver<bool>,
+    ) {
+        loop {
+            tokio::select! {
+                biased;
+                // Only ever set to true: any change means shut down.
+                _ = shutdown.changed() => break,
+                message = self.messages.recv() => match message {
+                    Ok(message) => self.dispatch(&message),
+                    Err(broadcast::error::RecvError::Lagged(missed)) => {
+                        tracing::debug!(missed, "pub/sub receiver lagged; waking every waiter");
+                        wake_all(&self.channels);
+                    }
+                    Err(broadcast::error::RecvError::Closed) => break,
+                },
+                reconnect = self.reconnects.recv() => match reconnect {
+                    Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => self.resubscribe().await,
+                    Err(broadcast::error::RecvError::Closed) => break,
+                },
+                request = requests.recv() => match request {
+                    Some(request) => {
+                        let mut batch = vec![request];
+                        while let Ok(more) = requests.try_recv() {
+                            batch.push(more);
+                        }
+                        self.handle(batch).await;
+                    }
+                    None => break,
+                },
+            }
+        }
+        let _ = self.subscriber.quit().await;
+        wake_all(&self.channels);
+    }
+
+    fn dispatch(&self, message: &fred::types::Message) {
+        let Some(kind) = Wake::from_payload(&message.value) else {
+            return;
+        };
+        let channel: &str = &message.channel;
+        let notify = self
+            .channels
+            .lock()
+            .get(channel)
+            .map(|entry| entry.notify.clone());
+        if let Some(notify) = notify {
+            wake(&notify, kind);
+        }
+    }
+
+    /// Applies a batch of requests in order, with one PING to confirm the subscriptions.
+    async fn handle(&mut self, batch: Vec<Request>) {
+        let mut to_subscribe = Vec::new();
+        let mut to_unsubscribe = Vec::new();
+        let mut waiting = Vec::new();
+        {
+            let mut channels = self.channels.lock();
+            for request in batch {
+                match request {
+                    Request::Subscribe(channel, done) => match channels.get(&channel) {
+                        Some(entry) if entry.subscribed => {
+                            let _ = done.send(Ok(()));
+                        }
+                        Some(_) => {
+                            if !to_subscribe.contains(&channel) {
+                                to_subscribe.push(channel.clone());
+                            }
+                            to_unsubscribe.retain(|c| *c != channel);
+                            waiting.push((channel, done));
+                        }
+                        // Every reference is gone already: nobody needs the answer.
+                        None => {}
+                    },
+                    Request::Release(channel) => {
+                        if channels.get(&channel).is_some_and(|entry| entry.refs == 0) {
+                            let entry = channels.remove(&channel).expect("checked above");
+                            to_subscribe.retain(|c| *c != channel);
+                            if entry.subscribed {
+                                to_unsubscribe.push(channel);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+
+        if !to_unsubscribe.is_empty() {
+            if let Err(error) = self.unsubscribe(&to_unsubscribe).await {
+                tracing::debug!(%error, "unsubscribe failed");
+            }
+        }
+        if to_subscribe.is_empty() {
+            for (_, done) in waiting {
+                let _ = done.send(Ok(()));
+            }
+            return;
+        }
+        let result = self.subscribe_confirmed(&to_subscribe).await;
+        if result.is_ok() {
+            let mut channels = self.channels.lock();
+            for channel in &to_subscribe {
+                if let Some(entry) = channels.get_mut(channel) {
+                    entry.subscribed = true;
+                }
+            }
+        }
+        for (_, done) in waiting {
+            let _ = done.send(result.clone());
+        }
+    }
+
+    async fn subscribe_confirmed(&self, channels: &[Arc<str>]) -> Result<(), RedisError> {
+        let names: Vec<String> = channels.iter().map(|c| c.to_string()).collect();
+        match self.flavour {
+            Flavour::Classic => self.subscriber.subscribe(names).await?,
+            Flavour::Sharded => self.subscriber.ssubscribe(names).await?,
+        }
+        // The PING is answered after the SUBSCRIBE on this same connection was processed.
+        self.subscriber.ping::<Value>(None).await?;
+        Ok(())
+    }
+
+    async fn unsubscribe(&self, channels: &[Arc<str>]) -> Result<(), RedisError> {
+        let names: Vec<String> = channels.iter().map(|c| c.to_string()).collect();
+        match self.flavour {
+            Flavour::Classic => self.subscriber.unsubscribe(names).await,
+            Flavour::Sharded => self.subscriber.sunsubscribe(names).await,
+        }
+    }
+
+    /// After a reconnect the server has forgotten our channels and messages may have been
+    /// lost: subscribe again, then let every waiter check the lock.
+    async fn resubscribe(&mut self) {
+        let subscribed: Vec<Arc<str>> = {
+            let channels = self.channels.lock();
+            channels
+                .iter()
+                .filter(|(_, entry)| entry.subscribed)
+                .map(|(name, _)| name.clone())
+                .collect()
+        };
+        if !subscribed.is_empty() {
+            if let Err(error) = self.subscribe_confirmed(&subscribed).await {
+                tracing::warn!(%error, "resubscribing after a reconnect failed");
+            }
+        }
+        wake_all(&self.channels);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decodes_redisson_messages() {
+        assert_eq!(Wake::from_payload(&Value::from("0")), Some(Wake::One));
+        assert_eq!(Wake::from_payload(&Value::from("1")), Some(Wake::All));
+        assert_eq!(Wake::from_payload(&Value::from(1i64)), Some(Wake::All));
+        assert_eq!(Wake::from_payload(&Value::from("2")), None);
+        assert_eq!(Wake::from_payload(&Value::from("unlock")), None);
+    }
+}

@@ -1,0 +1,62 @@
+//! The Lua scripts of `lua/`, embedded at build time and sent by EVALSHA.
+
+use std::sync::OnceLock;
+
+/// One script of `lua/`: its source, and its SHA-1 computed once on first use.
+pub(crate) struct Script {
+    pub(crate) name: &'static str,
+    pub(crate) lua: &'static str,
+    sha: OnceLock<String>,
+}
+
+impl Script {
+    const fn new(name: &'static str, lua: &'static str) -> Self {
+        Script {
+            name,
+            lua,
+            sha: OnceLock::new(),
+        }
+    }
+
+    /// The SHA-1 Redis files the script under (what EVALSHA names).
+    pub(crate) fn sha(&self) -> &str {
+        self.sha.get_or_init(|| fred::util::sha1_hash(self.lua))
+    }
+}
+
+macro_rules! scripts {
+    ($($ident:ident => $file:literal),* $(,)?) => {
+        $(pub(crate) static $ident: Script =
+            Script::new($file, include_str!(concat!("../lua/", $file, ".lua")));)*
+
+        #[cfg(test)]
+        pub(crate) static ALL: &[&Script] = &[$(&$ident),*];
+    };
+}
+
+scripts! {
+    LOCK_ACQUIRE => "lock_acquire",
+    LOCK_RELEASE => "lock_release",
+    LOCK_FORCE_RELEASE => "lock_force_release",
+    RENEW_BATCH => "renew_batch",
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_script_has_a_header_and_a_distinct_sha() {
+        let mut shas = std::collections::HashSet::new();
+        for script in ALL {
+            assert!(script.lua.contains("KEYS[1]"), "{} lacks KEYS", script.name);
+            assert!(
+                script.lua.contains("-- Reply"),
+                "{} lacks a reply contract",
+                script.name
+            );
+            assert_eq!(script.sha().len(), 40);
+            assert!(shas.insert(script.sha().to_owned()));
+        }
+    }
+}

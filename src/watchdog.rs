@@ -1,0 +1,301 @@
+//! The watchdog: one task per client that keeps every hold taken without a fixed lease
+//! alive (protocol §3.7), and tells the holders when a hold is lost.
+//!
+//! Every `watchdog_timeout / 3` the task renews all registered holds with one script per
+//! batch of at most 100 holds of the same cluster slot. A hold whose field is gone (expired,
+//! force-unlocked, or the data was lost) is dropped from the registry and its guards'
+//! `lease_lost()` fires; so does a hold that could not be renewed before its lease ran out.
+//! Transient errors are retried on the next tick, sooner when a lease is close to its end.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use fred::types::Value;
+use parking_lot::Mutex;
+use tokio::sync::{watch, Notify};
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+
+use crate::engine::ScriptRunner;
+use crate::script::RENEW_BATCH;
+
+/// At most this many holds are renewed by one script call (Redisson's default batch size).
+const BATCH_SIZE: usize = 100;
+
+/// Identifies one hold: a lock key and the field that holds it.
+#[derive(Clone, PartialEq, Eq, Hash, Debug)]
+pub(crate) struct HoldKey {
+    pub(crate) key: Arc<str>,
+    pub(crate) field: Arc<str>,
+}
+
+/// A guard's registration; hand it back with [`Watchdog::deregister`].
+#[derive(Debug)]
+pub(crate) struct Ticket {
+    hold: HoldKey,
+    entry_id: u64,
+}
+
+struct Entry {
+    id: u64,
+    slot: u16,
+    /// Guards (and detached holds) that want this hold renewed.
+    refs: usize,
+    /// When the lease runs out unless renewed: counted from before the command that last
+    /// set it was sent.
+    expires: Instant,
+    lost: watch::Sender<bool>,
+}
+
+struct Registry {
+    holds: HashMap<HoldKey, Entry>,
+    closed: bool,
+}
+
+pub(crate) struct Watchdog {
+    registry: Mutex<Registry>,
+    next_id: AtomicU64,
+    timeout: Duration,
+    /// Wakes the task when the first hold is registered.
+    wake: Notify,
+}
+
+/// Receives the news that a hold is lost.
+pub(crate) type LostSignal = watch::Receiver<bool>;
+
+impl Watchdog {
+    pub(crate) fn new(timeout: Duration) -> Arc<Watchdog> {
+        Arc::new(Watchdog {
+            registry: Mutex::new(Registry {
+                holds: HashMap::new(),
+                closed: false,
+            }),
+            next_id: AtomicU64::new(1),
+            timeout,
+            wake: Notify::new(),
+        })
+    }
+
+    /// Starts renewing `hold`, or adds a reference when it is already renewed (re-entry).
+    /// `sent_at` is when the acquire that set the lease was sent.
+    pub(crate) fn register(&self, hold: HoldKey, sent_at: Instant) -> (Ticket, LostSignal) {
+        let mut registry = self.registry.lock();
+        let closed = registry.closed;
+        let first = registry.holds.is_empty();
+        let entry = registry.holds.entry(hold.clone()).or_insert_with(|| Entry {
+            id: self.next_id.fetch_add(1, Ordering::Relaxed),
+            slot: fred::util::redis_keyslot(hold.key.as_bytes()),
+            refs: 0,
+            expires: sent_at + self.timeout,
+            lost: watch::channel(false).0,
+        });
+        entry.refs += 1;
+        entry.expires = entry.expires.max(sent_at + self.timeout);
+        let ticket = Ticket {
+            hold,
+            entry_id: entry.id,
+        };
+        let signal = entry.lost.subscribe();
+        if closed {
+            // Nobody will renew it: say so at once.
+            entry.lost.send_replace(true);
+        }
+        drop(registry);
+        if first {
+            self.wake.notify_one();
+        }
+        (ticket, signal)
+    }
+
+    /// Drops one reference; renewal stops with the last one.
+    pub(crate) fn deregister(&self, ticket: Ticket) {
+        let mut registry = self.registry.lock();
+        if let Some(entry) = registry.holds.get_mut(&ticket.hold) {
+            if entry.id == ticket.entry_id {
+                entry.refs -= 1;
+                if entry.refs == 0 {
+                    registry.holds.remove(&ticket.hold);
+                }
+            }
+        }
+    }
+
+    /// The registration of `hold` as it is now, to be named when the server's answer about
+    /// it arrives: a registration made after that (a new hold) is then left alone.
+    pub(crate) fn generation(&self, hold: &HoldKey) -> Option<u64> {
+        self.registry.lock().holds.get(hold).map(|entry| entry.id)
+    }
+
+    /// The registrations of every hold of `key`, as [`generation`](Self::generation).
+    pub(crate) fn generations_of_key(&self, key: &str) -> Vec<(HoldKey, u64)> {
+        let registry = self.registry.lock();
+        registry
+            .holds
+            .iter()
+            .filter(|(hold, _)| &*hold.key == key)
+            .map(|(hold, entry)| (hold.clone(), entry.id))
+            .collect()
+    }
+
+    /// A release outside any guard (`Lock::unlock`) ended one hold of registration `id`.
+    pub(crate) fn release_one(&self, hold: &HoldKey, id: Option<u64>) {
+        let mut registry = self.registry.lock();
+        if let Some(entry) = registry.holds.get_mut(hold) {
+            if Some(entry.id) == id {
+                entry.refs = entry.refs.saturating_sub(1);
+                if entry.refs == 0 {
+                    registry.holds.remove(hold);
+                }
+            }
+        }
+    }
+
+    /// Registration `id` of `hold` no longer exists on the server: stop renewing it and tell
+    /// its guards.
+    pub(crate) fn forget(&self, hold: &HoldKey, id: Option<u64>) {
+        let mut registry = self.registry.lock();
+        if registry
+            .holds
+            .get(hold)
+            .is_some_and(|entry| Some(entry.id) == id)
+        {
+            let entry = registry.holds.remove(hold).expect("checked above");
+            entry.lost.send_replace(true);
+        }
+    }
+
+    /// Stops renewing everything; every guard learns its lease will run out.
+    pub(crate) fn close(&self) {
+        let mut registry = self.registry.lock();
+        registry.closed = true;
+        for (_, entry) in registry.holds.drain() {
+            entry.lost.send_replace(true);
+        }
+        drop(registry);
+        self.wake.notify_one();
+    }
+
+    /// How many holds are being renewed.
+    #[allow(dead_code)]
+    pub(crate) fn len(&self) -> usize {
+        self.registry.lock().holds.len()
+    }
+
+    /// The renewal loop; returns when the client shuts down.
+    pub(crate) async fn run(self: Arc<Self>, runner: ScriptRunner) {
+        let period = self.timeout / 3;
+        loop {
+            // Sleep while there is nothing to renew, so an idle client costs nothing.
+            let idle = {
+                let registry = self.registry.lock();
+                if registry.closed {
+                    return;
+                }
+                registry.holds.is_empty()
+            };
+            if idle {
+                self.wake.notified().await;
+                continue;
+            }
+            let next = tokio::select! {
+                next = self.renew_all(&runner) => next,
+                _ = self.closed() => return,
+            };
+            tokio::select! {
+                _ = tokio::time::sleep_until(next.min(Instant::now() + period)) => {}
+                _ = self.closed() => return,
+            }
+        }
+    }
+
+    async fn closed(&self) {
+        loop {
+            let notified = self.wake.notified();
+            if self.registry.lock().closed {
+                return;
+            }
+            notified.await;
+        }
+    }
+
+    /// Renews every hold once. Returns when the next attempt is due at the latest (sooner
+    /// than a full period when a renewal failed and a lease is about to run out).
+    async fn renew_all(&self, runner: &ScriptRunner) -> Instant {
+        let now = Instant::now();
+        let mut batches: HashMap<u16, Vec<(HoldKey, u64)>> = HashMap::new();
+        for (hold, entry) in self.registry.lock().holds.iter() {
+            batches
+                .entry(entry.slot)
+                .or_default()
+                .push((hold.clone(), entry.id));
+        }
+        let mut calls = JoinSet::new();
+        for (_, holds) in batches {
+            for chunk in holds.chunks(BATCH_SIZE) {
+                let chunk = chunk.to_vec();
+                let keys: Vec<Value> = chunk.iter().map(|(h, _)| Value::from(&*h.key)).collect();
+                let mut args = Vec::with_capacity(chunk.len() + 1);
+                args.push(Value::from(millis(self.timeout)));
+                args.extend(chunk.iter().map(|(h, _)| Value::from(&*h.field)));
+                let call = runner.run(&RENEW_BATCH, keys, args);
+                calls.spawn(async move { (chunk, call.await) });
+            }
+        }
+
+        let mut next_due = now + self.timeout;
+        while let Some(joined) = calls.join_next().await {
+            let Ok((chunk, reply)) = joined else { continue };
+            let mut registry = self.registry.lock();
+            match reply {
+                Ok(Value::Array(flags)) if flags.len() == chunk.len() => {
+                    for ((hold, id), flag) in chunk.iter().zip(flags) {
+                        let renewed = matches!(flag, Value::Integer(1));
+                        match registry.holds.get_mut(hold) {
+                            Some(entry) if entry.id == *id && renewed => {
+                                entry.expires = now + self.timeout;
+                            }
+                            Some(entry) if entry.id == *id => {
+                                tracing::warn!(key = %hold.key, field = %hold.field, "hold lost: it no longer exists in Redis");
+                                entry.lost.send_replace(true);
+                                registry.holds.remove(hold);
+                            }
+                            _ => {}
+                        }
+                    }
+                }
+                failed => {
+                    match &failed {
+                        Err(error) => tracing::warn!(%error, "renewing holds failed; will retry"),
+                        Ok(reply) => tracing::warn!(?reply, "unexpected renewal reply; will retry"),
+                    }
+                    let later = Instant::now();
+                    for (hold, id) in &chunk {
+                        let Some(entry) = registry.holds.get_mut(hold) else {
+                            continue;
+                        };
+                        if entry.id != *id {
+                            continue;
+                        }
+                        if entry.expires <= later {
+                            tracing::warn!(key = %hold.key, field = %hold.field, "hold lost: Redis unreachable until its lease ran out");
+                            entry.lost.send_replace(true);
+                            registry.holds.remove(hold);
+                        } else {
+                            // Try again well before the lease ends.
+                            let retry = later + (entry.expires - later) / 2;
+                            next_due = next_due.min(retry.max(later + Duration::from_millis(50)));
+                        }
+                    }
+                }
+            }
+        }
+        next_due
+    }
+}
+
+/// A duration in whole milliseconds, as the scripts take it.
+pub(crate) fn millis(duration: Duration) -> i64 {
+    i64::try_from(duration.as_millis()).unwrap_or(i64::MAX)
+}
