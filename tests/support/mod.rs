@@ -23,7 +23,10 @@ pub async fn client_with(
         .url(&server.url())
         .watchdog_timeout(Duration::from_millis(900))
         .command_timeout(Duration::from_secs(2));
-    configure(builder).build().await.expect("connect to the test server")
+    configure(builder)
+        .build()
+        .await
+        .expect("connect to the test server")
 }
 
 /// Awaits `future`, failing the test if it takes longer than `limit`.

@@ -1,0 +1,228 @@
+//! Bad input and failures: wrong key types, lost scripts, Redis down or restarted, a holder
+//! process killed outright.
+
+mod support;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use redisson_lock::{Error, LockClient};
+use support::*;
+
+#[tokio::test]
+async fn a_key_of_another_type_is_a_wrong_type_error_and_stays_untouched() {
+    let server = RedisServer::start();
+    let c = client(&server).await;
+    server.command(&["SET", "not-a-lock", "payload"]);
+    let lock = c.lock("not-a-lock");
+    let me = c.new_owner();
+    for result in [
+        lock.lock(&me).await.map(drop),
+        lock.try_lock(&me).await.map(drop),
+        lock.try_lock_for(&me, Duration::from_millis(50))
+            .await
+            .map(drop),
+        lock.unlock(&me).await,
+        lock.hold_count(&me).await.map(drop),
+    ] {
+        match result {
+            Err(Error::WrongType { name }) => assert_eq!(name, "not-a-lock"),
+            other => panic!("expected WrongType, got {other:?}"),
+        }
+    }
+    assert_eq!(server.command(&["GET", "not-a-lock"]), "payload");
+    assert_eq!(server.command(&["PTTL", "not-a-lock"]), "-1");
+}
+
+#[tokio::test]
+async fn scripts_are_reloaded_after_script_flush() {
+    let server = RedisServer::start();
+    let c = client(&server).await;
+    let lock = c.lock("flushed");
+    let me = c.new_owner();
+    server.command(&["SCRIPT", "FLUSH"]);
+    let guard = lock.lock(&me).await.unwrap();
+    server.command(&["SCRIPT", "FLUSH"]);
+    guard.unlock().await.unwrap();
+    assert!(!lock.is_locked().await.unwrap());
+    // Renewal too survives a flush.
+    let guard = lock.lock(&me).await.unwrap();
+    server.command(&["SCRIPT", "FLUSH"]);
+    tokio::time::sleep(Duration::from_millis(1200)).await; // past the 900 ms lease
+    assert!(!guard.is_lease_lost());
+    assert!(lock.is_held_by(&me).await.unwrap());
+    guard.unlock().await.unwrap();
+}
+
+#[tokio::test]
+async fn connecting_to_a_dead_server_fails_clearly() {
+    let server = RedisServer::start();
+    let url = server.url();
+    drop(server);
+    let start = Instant::now();
+    let result = LockClient::builder()
+        .url(&url)
+        .command_timeout(Duration::from_millis(500))
+        .build()
+        .await;
+    assert!(matches!(result, Err(Error::Redis(_))), "{result:?}");
+    assert!(start.elapsed() < Duration::from_secs(5));
+}
+
+#[tokio::test]
+async fn calls_fail_instead_of_hanging_while_redis_is_down() {
+    let mut server = RedisServer::start();
+    let c = client_with(&server, |b| b.command_timeout(Duration::from_millis(500))).await;
+    let lock = c.lock("down");
+    let me = c.new_owner();
+    server.kill();
+    let start = Instant::now();
+    let result = lock.try_lock_for(&me, Duration::from_secs(5)).await;
+    assert!(matches!(&result, Err(e) if e.is_retryable()), "{result:?}");
+    assert!(
+        start.elapsed() < Duration::from_secs(3),
+        "took {:?}",
+        start.elapsed()
+    );
+    let result = lock.lock(&me).await;
+    assert!(matches!(&result, Err(Error::Redis(_))), "{result:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_rides_out_a_redis_restart_and_acquires() {
+    let mut server = RedisServer::start();
+    let c = client(&server).await;
+    let lock = c.lock("restarted");
+    let holder = lock.lock(&c.new_owner()).await.unwrap();
+    let waiter = tokio::spawn(lock.lock(&c.new_owner()));
+    eventually(Duration::from_secs(5), "waiter subscribed", || {
+        c.subscribed_channels() == 1
+    })
+    .await;
+
+    server.restart(); // data lost: the holder's hold is gone
+    let guard = within(Duration::from_secs(10), "waiter after restart", waiter)
+        .await
+        .unwrap()
+        .expect("the waiter recovers and acquires");
+    within(
+        Duration::from_secs(3),
+        "holder learns of the loss",
+        holder.lease_lost(),
+    )
+    .await;
+    assert!(matches!(holder.unlock().await, Err(Error::NotHeld { .. })));
+    assert!(lock.is_held_by(guard.owner()).await.unwrap());
+    // Unlock messages flow again after the reconnect.
+    let next = tokio::spawn(lock.lock(&c.new_owner()));
+    eventually(Duration::from_secs(5), "resubscribed", || {
+        server
+            .command(&["PUBSUB", "NUMSUB", "redisson_lock__channel:{restarted}"])
+            .ends_with("\n1")
+    })
+    .await;
+    let released = Instant::now();
+    guard.unlock().await.unwrap();
+    within(Duration::from_secs(2), "next", next)
+        .await
+        .unwrap()
+        .unwrap()
+        .unlock()
+        .await
+        .unwrap();
+    assert!(released.elapsed() < Duration::from_millis(300));
+}
+
+#[tokio::test]
+async fn lease_lost_fires_when_redis_stays_unreachable() {
+    let mut server = RedisServer::start();
+    let c = client_with(&server, |b| b.command_timeout(Duration::from_millis(300))).await;
+    let guard = c.lock("unreachable").lock(&c.new_owner()).await.unwrap();
+    server.kill();
+    let start = Instant::now();
+    within(Duration::from_secs(3), "lease_lost", guard.lease_lost()).await;
+    // Not before the 900 ms lease could have run out (less the time since it was set).
+    assert!(
+        start.elapsed() >= Duration::from_millis(200),
+        "{:?}",
+        start.elapsed()
+    );
+    assert!(guard.is_lease_lost());
+    assert_eq!(c.renewed_holds(), 0);
+}
+
+/// Run by `a_holder_killed_with_sigkill_frees_the_lock_after_the_watchdog_timeout` in a
+/// child process: takes the lock, says so, and waits to be killed.
+#[tokio::test]
+#[ignore = "a child process of another test"]
+async fn holder_process() {
+    let Ok(url) = std::env::var("REDISSON_LOCK_HOLDER_URL") else {
+        return;
+    };
+    let client = LockClient::builder()
+        .url(&url)
+        .watchdog_timeout(Duration::from_millis(900))
+        .build()
+        .await
+        .unwrap();
+    let guard = client
+        .lock("killed")
+        .lock(&client.new_owner())
+        .await
+        .unwrap();
+    println!("HELD {}", guard.owner());
+    std::future::pending::<()>().await;
+}
+
+#[tokio::test]
+async fn a_holder_killed_with_sigkill_frees_the_lock_after_the_watchdog_timeout() {
+    let server = RedisServer::start();
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "holder_process",
+            "--exact",
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env("REDISSON_LOCK_HOLDER_URL", server.url())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let owner = loop {
+        let line = lines.next().expect("the holder said nothing").unwrap();
+        // libtest prints "test holder_process ... " on the same line.
+        if let Some((_, owner)) = line.split_once("HELD ") {
+            break owner.trim().to_owned();
+        }
+    };
+    // Let the holder's watchdog renew a few times: the hold outlives its 900 ms lease.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(server.command(&["HGET", "killed", &owner]), "1");
+
+    child.kill().unwrap(); // SIGKILL: no unlock, no goodbye
+    child.wait().unwrap();
+    let killed = Instant::now();
+    let c = client(&server).await;
+    let guard = within(
+        Duration::from_secs(5),
+        "lock after the kill",
+        c.lock("killed").lock(&c.new_owner()),
+    )
+    .await
+    .unwrap();
+    let freed = killed.elapsed();
+    // Freed by the lease running out (at most 900 ms after its last renewal), not sooner.
+    assert!(
+        freed > Duration::from_millis(250),
+        "freed too soon: {freed:?}"
+    );
+    assert!(
+        freed < Duration::from_millis(1500),
+        "freed too late: {freed:?}"
+    );
+    guard.unlock().await.unwrap();
+}

@@ -1,0 +1,532 @@
+//! The reentrant lock's behaviour against a real redis-server.
+
+mod support;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use fred::prelude::KeysInterface;
+use redisson_lock::{Error, Lease, LockClient, LockGuard};
+use support::*;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mutual_exclusion_across_clients_loses_no_update() {
+    let server = RedisServer::start();
+    let clients = [client(&server).await, client(&server).await];
+    let counter = "mutex:counter";
+    const TASKS: usize = 12;
+    const ROUNDS: usize = 25;
+
+    let mut tasks = Vec::new();
+    for t in 0..TASKS {
+        let client = clients[t % 2].clone();
+        tasks.push(tokio::spawn(async move {
+            let owner = client.new_owner();
+            let lock = client.lock("mutex");
+            for _ in 0..ROUNDS {
+                let guard = lock.lock(&owner).await.unwrap();
+                // A read-modify-write that loses updates unless the lock excludes.
+                let value: Option<i64> = client.redis().get(counter).await.unwrap();
+                tokio::task::yield_now().await;
+                let _: () = client
+                    .redis()
+                    .set(counter, value.unwrap_or(0) + 1, None, None, false)
+                    .await
+                    .unwrap();
+                guard.unlock().await.unwrap();
+            }
+        }));
+    }
+    within(Duration::from_secs(60), "all tasks", async {
+        for task in tasks {
+            task.await.unwrap();
+        }
+    })
+    .await;
+    assert_eq!(
+        server.command(&["GET", counter]),
+        (TASKS * ROUNDS).to_string()
+    );
+    assert_eq!(server.command(&["EXISTS", "mutex"]), "0");
+}
+
+#[tokio::test]
+async fn reentrancy_to_depth_three_and_back() {
+    let server = RedisServer::start();
+    let c = client(&server).await;
+    let (me, other) = (c.new_owner(), c.new_owner());
+    let lock = c.lock("reentrant");
+
+    let mut guards = Vec::new();
+    for depth in 1..=3 {
+        guards.push(lock.lock(&me).await.unwrap());
+        assert_eq!(lock.hold_count(&me).await.unwrap(), depth);
+        assert_eq!(
+            server.command(&["HGET", "reentrant", &me.to_string()]),
+            depth.to_string()
+        );
+    }
+    assert!(lock.try_lock(&other).await.unwrap().is_none());
+    for depth in (0..3).rev() {
+        guards.pop().unwrap().unlock().await.unwrap();
+        assert_eq!(lock.hold_count(&me).await.unwrap(), depth);
+        if depth > 0 {
+            assert!(lock.is_locked().await.unwrap());
+            assert!(lock.try_lock(&other).await.unwrap().is_none());
+        }
+    }
+    assert!(!lock.is_locked().await.unwrap());
+    assert!(!lock.is_held_by(&me).await.unwrap());
+    lock.try_lock(&other)
+        .await
+        .unwrap()
+        .unwrap()
+        .unlock()
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn clones_of_an_owner_share_reentrancy_and_handles_do_not() {
+    let server = RedisServer::start();
+    let c = client(&server).await;
+    let me = c.new_owner();
+    let lock = c.lock("shared-owner");
+    let guard = lock.lock(&me).await.unwrap();
+    // A spawned task acting for the same owner re-enters.
+    let (lock2, me2) = (lock.clone(), me.clone());
+    let inner = tokio::spawn(async move { lock2.try_lock(&me2).await })
+        .await
+        .unwrap()
+        .unwrap()
+        .expect("same owner re-enters from another task");
+    assert_eq!(lock.hold_count(&me).await.unwrap(), 2);
+    // A fresh owner on a cloned handle is excluded.
+    assert!(lock
+        .clone()
+        .try_lock(&c.new_owner())
+        .await
+        .unwrap()
+        .is_none());
+    inner.unlock().await.unwrap();
+    guard.unlock().await.unwrap();
+}
+
+#[tokio::test]
+async fn fixed_lease_expires_and_hands_over() {
+    let server = RedisServer::start();
+    let c = client(&server).await;
+    let (first, second) = (c.new_owner(), c.new_owner());
+    let lock = c
+        .lock("fixed")
+        .with_lease(Lease::Fixed(Duration::from_millis(400)));
+
+    let start = Instant::now();
+    let guard = lock.lock(&first).await.unwrap();
+    let pttl: i64 = server.command(&["PTTL", "fixed"]).parse().unwrap();
+    assert!((300..=400).contains(&pttl), "pttl {pttl}");
+    assert_eq!(c.renewed_holds(), 0, "a fixed lease is not renewed");
+
+    // Nobody unlocks: the waiter is woken by the holder's TTL, not by a message.
+    let next = within(Duration::from_secs(3), "waiter", lock.lock(&second))
+        .await
+        .unwrap();
+    let waited = start.elapsed();
+    assert!(
+        waited >= Duration::from_millis(380),
+        "acquired too early: {waited:?}"
+    );
+    assert!(
+        waited < Duration::from_millis(700),
+        "acquired too late: {waited:?}"
+    );
+    assert!(guard.is_lease_lost());
+    within(Duration::from_secs(1), "lease_lost", guard.lease_lost()).await;
+    assert!(matches!(guard.unlock().await, Err(Error::NotHeld { .. })));
+    assert!(
+        lock.is_held_by(&second).await.unwrap(),
+        "the old owner's unlock changed nothing"
+    );
+    next.unlock().await.unwrap();
+}
+
+#[tokio::test]
+async fn partial_unlock_resets_the_fixed_lease() {
+    let server = RedisServer::start();
+    let c = client(&server).await;
+    let me = c.new_owner();
+    let lock = c
+        .lock("ttl")
+        .with_lease(Lease::Fixed(Duration::from_secs(10)));
+    let g1 = lock.lock(&me).await.unwrap();
+    let g2 = lock.lock(&me).await.unwrap();
+    let g3 = lock.lock(&me).await.unwrap();
+    g3.unlock().await.unwrap();
+    g2.unlock().await.unwrap();
+    let remaining = lock.remaining_lease().await.unwrap().unwrap();
+    assert!(
+        (Duration::from_millis(9000)..=Duration::from_secs(10)).contains(&remaining),
+        "{remaining:?}"
+    );
+    g1.unlock().await.unwrap();
+    assert_eq!(lock.remaining_lease().await.unwrap(), None);
+    assert_eq!(server.command(&["PTTL", "ttl"]), "-2");
+}
+
+#[tokio::test]
+async fn watchdog_lease_is_the_watchdog_timeout() {
+    let server = RedisServer::start();
+    let c = client_with(&server, |b| b.watchdog_timeout(Duration::from_secs(30))).await;
+    let me = c.new_owner();
+    let lock = c.lock("wd-ttl");
+    let guard = lock.lock(&me).await.unwrap();
+    let pttl: i64 = server.command(&["PTTL", "wd-ttl"]).parse().unwrap();
+    assert!((29_900..=30_000).contains(&pttl), "pttl {pttl}");
+    assert_eq!(c.renewed_holds(), 1);
+    guard.unlock().await.unwrap();
+    assert_eq!(c.renewed_holds(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiter_wakes_on_unlock_long_before_the_ttl() {
+    let server = RedisServer::start();
+    // A 30 s lease: only the unlock message can explain a fast wake-up.
+    let (a, b) = (
+        client_with(&server, |b| b.watchdog_timeout(Duration::from_secs(30))).await,
+        client_with(&server, |b| b.watchdog_timeout(Duration::from_secs(30))).await,
+    );
+    let lock_a = a.lock("wake");
+    let lock_b = b.lock("wake");
+    let holder = lock_a.lock(&a.new_owner()).await.unwrap();
+    let waiter = tokio::spawn(lock_b.lock(&b.new_owner()));
+    eventually(Duration::from_secs(5), "waiter subscribed", || {
+        b.subscribed_channels() == 1
+            && server
+                .command(&["PUBSUB", "NUMSUB", "redisson_lock__channel:{wake}"])
+                .ends_with("\n1")
+    })
+    .await;
+    let released = Instant::now();
+    holder.unlock().await.unwrap();
+    let guard = within(Duration::from_secs(2), "woken waiter", waiter)
+        .await
+        .unwrap()
+        .unwrap();
+    let handoff = released.elapsed();
+    assert!(
+        handoff < Duration::from_millis(200),
+        "handoff took {handoff:?}"
+    );
+    guard.unlock().await.unwrap();
+    // The last waiter gone, the channel is unsubscribed.
+    eventually(Duration::from_secs(2), "unsubscribed", || {
+        server.command(&["PUBSUB", "CHANNELS"]).is_empty()
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn try_lock_for_gives_up_on_time_and_takes_a_freed_lock_at_once() {
+    let server = RedisServer::start();
+    let c = client(&server).await;
+    let lock = c.lock("timed");
+    let holder = lock
+        .clone()
+        .with_lease(Lease::Fixed(Duration::from_secs(60)))
+        .lock(&c.new_owner())
+        .await
+        .unwrap();
+    let waiter = c.new_owner();
+
+    let start = Instant::now();
+    assert!(lock
+        .try_lock_for(&waiter, Duration::from_millis(700))
+        .await
+        .unwrap()
+        .is_none());
+    let waited = start.elapsed();
+    assert!(
+        waited >= Duration::from_millis(690),
+        "gave up early: {waited:?}"
+    );
+    assert!(
+        waited < Duration::from_millis(1000),
+        "gave up late: {waited:?}"
+    );
+
+    // A zero wait is one attempt.
+    let start = Instant::now();
+    assert!(lock
+        .try_lock_for(&waiter, Duration::ZERO)
+        .await
+        .unwrap()
+        .is_none());
+    assert!(start.elapsed() < Duration::from_millis(200));
+
+    // Freed while waiting: acquired well before the limit.
+    let pending = tokio::spawn(lock.try_lock_for(&waiter, Duration::from_secs(20)));
+    eventually(Duration::from_secs(5), "waiter subscribed", || {
+        c.subscribed_channels() == 1
+    })
+    .await;
+    let released = Instant::now();
+    holder.unlock().await.unwrap();
+    let guard = pending.await.unwrap().unwrap().expect("acquired");
+    assert!(released.elapsed() < Duration::from_millis(200));
+    guard.unlock().await.unwrap();
+}
+
+#[tokio::test]
+async fn unlock_by_a_non_owner_is_not_held_and_changes_nothing() {
+    let server = RedisServer::start();
+    let c = client(&server).await;
+    let (owner, stranger) = (c.new_owner(), c.new_owner());
+    let lock = c.lock("owned");
+    let guard = lock.lock(&owner).await.unwrap();
+    let before = server.command(&["HGETALL", "owned"]);
+
+    match lock.unlock(&stranger).await {
+        Err(Error::NotHeld { name, owner }) => {
+            assert_eq!(name, "owned");
+            assert_eq!(owner, stranger);
+        }
+        other => panic!("expected NotHeld, got {other:?}"),
+    }
+    assert_eq!(server.command(&["HGETALL", "owned"]), before);
+    assert!(lock.is_held_by(&owner).await.unwrap());
+    // No stray unlock message either: the holder still holds after a round trip.
+    assert!(!guard.is_lease_lost());
+    guard.unlock().await.unwrap();
+    // Unlocking a free lock is NotHeld too.
+    assert!(matches!(
+        lock.unlock(&owner).await,
+        Err(Error::NotHeld { .. })
+    ));
+}
+
+#[tokio::test]
+async fn java_style_detach_and_unlock() {
+    let server = RedisServer::start();
+    let c = client(&server).await;
+    let me = c.new_owner();
+    let lock = c.lock("java-style");
+    lock.lock(&me).await.unwrap().detach();
+    lock.lock(&me).await.unwrap().detach();
+    assert_eq!(lock.hold_count(&me).await.unwrap(), 2);
+    assert_eq!(c.renewed_holds(), 1, "one renewal per hold, however deep");
+    lock.unlock(&me).await.unwrap();
+    assert_eq!(c.renewed_holds(), 1);
+    lock.unlock(&me).await.unwrap();
+    assert!(!lock.is_locked().await.unwrap());
+    assert_eq!(c.renewed_holds(), 0);
+}
+
+#[tokio::test]
+async fn dropping_a_guard_releases_it_in_the_background() {
+    let server = RedisServer::start();
+    let c = client(&server).await;
+    let lock = c.lock("dropped");
+    let me = c.new_owner();
+    drop(lock.lock(&me).await.unwrap());
+    assert_eq!(c.renewed_holds(), 0, "renewal stops at drop, synchronously");
+    // The release runs in the background: a waiter is woken by its message.
+    let other = within(
+        Duration::from_secs(2),
+        "next owner",
+        lock.lock(&c.new_owner()),
+    )
+    .await
+    .unwrap();
+    assert_eq!(lock.hold_count(&me).await.unwrap(), 0);
+    other.unlock().await.unwrap();
+}
+
+#[tokio::test]
+async fn force_unlock_frees_wakes_and_reports_the_loss() {
+    let server = RedisServer::start();
+    let c = client(&server).await;
+    let lock = c.lock("forced");
+    let holder = lock.lock(&c.new_owner()).await.unwrap();
+    let waiter = tokio::spawn(lock.lock(&c.new_owner()));
+    eventually(Duration::from_secs(5), "waiter subscribed", || {
+        c.subscribed_channels() == 1
+    })
+    .await;
+
+    assert!(lock.force_unlock().await.unwrap());
+    within(Duration::from_secs(1), "holder told", holder.lease_lost()).await;
+    let guard = within(Duration::from_secs(1), "waiter woken", waiter)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(matches!(holder.unlock().await, Err(Error::NotHeld { .. })));
+    guard.unlock().await.unwrap();
+    assert!(!lock.force_unlock().await.unwrap(), "nothing left to force");
+}
+
+#[tokio::test]
+async fn queries() {
+    let server = RedisServer::start();
+    let c = client(&server).await;
+    let (me, other) = (c.new_owner(), c.new_owner());
+    let lock = c.lock("queries");
+    assert!(!lock.is_locked().await.unwrap());
+    assert!(!lock.is_held_by(&me).await.unwrap());
+    assert_eq!(lock.hold_count(&me).await.unwrap(), 0);
+    assert_eq!(lock.remaining_lease().await.unwrap(), None);
+    let guard = lock.lock(&me).await.unwrap();
+    assert!(lock.is_locked().await.unwrap());
+    assert!(lock.is_held_by(&me).await.unwrap());
+    assert!(!lock.is_held_by(&other).await.unwrap());
+    assert!(lock.remaining_lease().await.unwrap().unwrap() <= Duration::from_millis(900));
+    assert_eq!(guard.name(), "queries");
+    assert_eq!(guard.owner(), &me);
+    guard.unlock().await.unwrap();
+    assert!(!lock.is_locked().await.unwrap());
+}
+
+#[tokio::test]
+async fn name_prefix_maps_every_key_and_channel() {
+    let server = RedisServer::start();
+    let c = client_with(&server, |b| b.name_prefix("app1:")).await;
+    let me = c.new_owner();
+    let lock = c.lock("orders");
+    let guard = lock.lock(&me).await.unwrap();
+    assert_eq!(
+        server.command(&["HGET", "app1:orders", &me.to_string()]),
+        "1"
+    );
+    assert_eq!(server.command(&["EXISTS", "orders"]), "0");
+    let waiter = tokio::spawn(lock.lock(&c.new_owner()));
+    eventually(Duration::from_secs(5), "subscribed", || {
+        server.command(&["PUBSUB", "CHANNELS"]) == "redisson_lock__channel:{app1:orders}"
+    })
+    .await;
+    guard.unlock().await.unwrap();
+    waiter.await.unwrap().unwrap().unlock().await.unwrap();
+}
+
+#[tokio::test]
+async fn bad_arguments_are_refused_before_any_io() {
+    let server = RedisServer::start();
+    let c = client(&server).await;
+    let me = c.new_owner();
+    let empty = c.lock("");
+    assert!(matches!(
+        empty.lock(&me).await,
+        Err(Error::InvalidArgument(_))
+    ));
+    assert!(matches!(
+        empty.try_lock(&me).await,
+        Err(Error::InvalidArgument(_))
+    ));
+    assert!(matches!(
+        empty.unlock(&me).await,
+        Err(Error::InvalidArgument(_))
+    ));
+    assert!(matches!(
+        empty.is_locked().await,
+        Err(Error::InvalidArgument(_))
+    ));
+    let lock = c.lock("args");
+    for lease in [Duration::ZERO, Duration::from_micros(999), Duration::MAX] {
+        let result = lock.clone().with_lease(Lease::Fixed(lease)).lock(&me).await;
+        assert!(
+            matches!(result, Err(Error::InvalidArgument(_))),
+            "{lease:?}"
+        );
+    }
+    assert!(matches!(
+        lock.try_lock_for(&me, Duration::MAX).await,
+        Err(Error::InvalidArgument(_))
+    ));
+    for timeout in [Duration::ZERO, Duration::from_millis(2)] {
+        let built = LockClient::builder()
+            .url(&server.url())
+            .watchdog_timeout(timeout)
+            .build()
+            .await;
+        assert!(
+            matches!(built, Err(Error::InvalidArgument(_))),
+            "{timeout:?}"
+        );
+    }
+    assert!(matches!(
+        LockClient::builder().build().await,
+        Err(Error::InvalidArgument(_))
+    ));
+    assert!(matches!(
+        LockClient::builder()
+            .url(&server.url())
+            .command_timeout(Duration::ZERO)
+            .build()
+            .await,
+        Err(Error::InvalidArgument(_))
+    ));
+    // Nothing reached Redis.
+    assert_eq!(server.command(&["DBSIZE"]), "0");
+}
+
+#[tokio::test]
+async fn shutdown_closes_everything() {
+    let server = RedisServer::start();
+    let c = client(&server).await;
+    let lock = c.lock("shutdown");
+    let guard = lock.lock(&c.new_owner()).await.unwrap();
+    let waiter = tokio::spawn(lock.lock(&c.new_owner()));
+    eventually(Duration::from_secs(5), "subscribed", || {
+        c.subscribed_channels() == 1
+    })
+    .await;
+    c.shutdown().await;
+    assert!(c.is_shut_down());
+    within(
+        Duration::from_secs(1),
+        "lease_lost at shutdown",
+        guard.lease_lost(),
+    )
+    .await;
+    assert!(matches!(
+        within(Duration::from_secs(2), "waiter", waiter)
+            .await
+            .unwrap(),
+        Err(Error::Closed)
+    ));
+    assert!(matches!(
+        lock.try_lock(&c.new_owner()).await,
+        Err(Error::Closed)
+    ));
+    // As in Redisson, the hold is not released: it expires with its lease.
+    assert_eq!(server.command(&["EXISTS", "shutdown"]), "1");
+    drop(guard);
+}
+
+#[test]
+fn guards_handles_and_futures_are_send_and_static() {
+    fn send_sync_static<T: Send + Sync + 'static>() {}
+    fn send_static<T: Send + 'static>(_: &T) {}
+    send_sync_static::<LockClient>();
+    send_sync_static::<redisson_lock::Lock>();
+    send_sync_static::<LockGuard>();
+    send_sync_static::<redisson_lock::LockOwner>();
+    send_sync_static::<Error>();
+
+    // Build the futures without running them: they must be spawnable.
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let server = RedisServer::start();
+        let c = client(&server).await;
+        let lock = c.lock("bounds");
+        let me = c.new_owner();
+        send_static(&lock.lock(&me));
+        send_static(&lock.try_lock(&me));
+        send_static(&lock.try_lock_for(&me, Duration::from_secs(1)));
+        let guard = lock.lock(&me).await.unwrap();
+        send_static(&guard.lease_lost());
+        send_static(&guard.unlock());
+        let _ = Arc::new(c);
+    });
+}
