@@ -12,8 +12,9 @@ use uuid::Uuid;
 
 use crate::engine::{Engine, Settings};
 use crate::error::{Error, Result};
+use crate::lock::Kind;
 use crate::pubsub::Flavour;
-use crate::{Lock, LockOwner};
+use crate::{FairLock, Lock, LockOwner};
 
 /// A connection to Redis for locks: one command connection, one subscriber connection, one
 /// watchdog task and one pub/sub task, shared by every lock and guard made from it.
@@ -55,7 +56,17 @@ impl LockClient {
     /// The client's name prefix is put in front of `name` to form the Redis key. An empty
     /// name is refused by the handle's methods with [`Error::InvalidArgument`].
     pub fn lock(&self, name: &str) -> Lock {
-        Lock::new(self.engine.clone(), name)
+        Lock::new(self.engine.clone(), name, Kind::Reentrant)
+    }
+
+    /// A handle on the fair lock `name` (Redisson's `getFairLock(name)`). No I/O.
+    ///
+    /// Waiters get the lock in the order they asked for it, Java clients included; see
+    /// [`FairLock`]. Names are formed as for [`lock`](LockClient::lock). A fair lock and a
+    /// reentrant lock of the same name share the same hold: do not mix the two kinds on one
+    /// name, as the reentrant one ignores the queue.
+    pub fn fair_lock(&self, name: &str) -> FairLock {
+        FairLock::new(Lock::new(self.engine.clone(), name, Kind::Fair))
     }
 
     /// The fred client that runs this client's commands, for anything this crate does not
@@ -110,12 +121,14 @@ enum Source {
 /// - `watchdog_timeout`: 30 s (Redisson's `lockWatchdogTimeout`); renewal every third of it.
 /// - `name_prefix`: none (Redisson's identity name mapper).
 /// - `command_timeout`: 3 s (Redisson's `timeout`).
+/// - `fair_wait_timeout`: 5 min (Redisson's `fairLockWaitTimeout`).
 #[must_use]
 pub struct LockClientBuilder {
     source: Source,
     watchdog_timeout: Duration,
     name_prefix: String,
     command_timeout: Duration,
+    fair_wait_timeout: Duration,
 }
 
 impl fmt::Debug for LockClientBuilder {
@@ -124,6 +137,7 @@ impl fmt::Debug for LockClientBuilder {
             .field("watchdog_timeout", &self.watchdog_timeout)
             .field("name_prefix", &self.name_prefix)
             .field("command_timeout", &self.command_timeout)
+            .field("fair_wait_timeout", &self.fair_wait_timeout)
             .finish_non_exhaustive()
     }
 }
@@ -135,6 +149,7 @@ impl Default for LockClientBuilder {
             watchdog_timeout: Duration::from_secs(30),
             name_prefix: String::new(),
             command_timeout: Duration::from_secs(3),
+            fair_wait_timeout: Duration::from_secs(300),
         }
     }
 }
@@ -182,15 +197,32 @@ impl LockClientBuilder {
         self
     }
 
+    /// How long a fair lock's waiter may go unseen before the others count it as gone:
+    /// Redisson's `fairLockWaitTimeout`. It applies to [`FairLock::lock`]; a
+    /// [`FairLock::try_lock_for`] uses its own wait instead, as Redisson does.
+    ///
+    /// Every waiter's deadline in the queue is the deadline of the one before it plus its
+    /// wait, so a waiter that crashed while queued holds up everyone behind it for up to this
+    /// long; a shorter value bounds that stall. It must exceed the longest time a live waiter
+    /// can go between two attempts (at most the holder's remaining lease, so the watchdog
+    /// timeout or the longest fixed lease in use, plus a Redis outage being ridden out), or
+    /// live waiters lose their place. Give Java clients of the same locks the same value.
+    pub fn fair_wait_timeout(mut self, wait: Duration) -> Self {
+        self.fair_wait_timeout = wait;
+        self
+    }
+
     /// Connects and starts the client's background tasks.
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] when no server was named or a duration is out of range
-    /// (the watchdog timeout must be at least 3 ms, the command timeout at least 1 ms, both
-    /// whole milliseconds below `i64::MAX`); [`Error::Redis`] when Redis cannot be reached.
+    /// (the watchdog timeout must be at least 3 ms, the command timeout and the fair wait
+    /// timeout at least 1 ms, all whole milliseconds below `i64::MAX`); [`Error::Redis`]
+    /// when Redis cannot be reached.
     pub async fn build(self) -> Result<LockClient> {
         check_millis("watchdog_timeout", self.watchdog_timeout, 3)?;
         check_millis("command_timeout", self.command_timeout, 1)?;
+        check_millis("fair_wait_timeout", self.fair_wait_timeout, 1)?;
         let command_timeout = self.command_timeout;
         let configure = |builder: &mut Builder| {
             builder
@@ -249,6 +281,7 @@ impl LockClientBuilder {
             name_prefix: self.name_prefix,
             command_timeout,
             flavour,
+            fair_wait_timeout: self.fair_wait_timeout,
         };
         Ok(LockClient {
             engine: Engine::start(redis, subscriber, settings, owns_redis),

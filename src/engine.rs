@@ -87,6 +87,9 @@ pub(crate) struct Settings {
     pub(crate) name_prefix: String,
     pub(crate) command_timeout: Duration,
     pub(crate) flavour: Flavour,
+    /// The fair lock's per-waiter wait when the call gives none (Redisson's
+    /// `fairLockWaitTimeout`).
+    pub(crate) fair_wait_timeout: Duration,
 }
 
 pub(crate) struct Engine {

@@ -55,19 +55,16 @@ impl LockKeys {
     }
 
     /// `redisson_lock_queue:{raw}`: the fair lock's waiting list.
-    #[allow(dead_code)]
     pub(crate) fn fair_queue(&self) -> String {
         prefix_name("redisson_lock_queue", &self.raw)
     }
 
     /// `redisson_lock_timeout:{raw}`: the fair lock's waiter deadlines.
-    #[allow(dead_code)]
     pub(crate) fn fair_timeouts(&self) -> String {
         prefix_name("redisson_lock_timeout", &self.raw)
     }
 
     /// `redisson_lock__channel:{raw}:<owner field>`: one fair waiter's own channel.
-    #[allow(dead_code)]
     pub(crate) fn fair_waiter_channel(&self, owner_field: &str) -> String {
         format!("{}:{owner_field}", self.channel)
     }

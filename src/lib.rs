@@ -7,6 +7,7 @@ mod acquire;
 mod client;
 mod engine;
 mod error;
+mod fair_lock;
 mod guard;
 mod keys;
 mod lock;
@@ -17,6 +18,7 @@ mod watchdog;
 
 pub use client::{LockClient, LockClientBuilder};
 pub use error::{Error, Result};
+pub use fair_lock::FairLock;
 pub use guard::Lease;
 pub use lock::{Lock, LockGuard};
 pub use owner::LockOwner;

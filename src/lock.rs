@@ -12,10 +12,14 @@ use tokio::time::Instant;
 use crate::acquire::{self, deadline_after, Attempt, InFlight};
 use crate::engine::{map_redis_error, nil_or_int, Engine, RELEASE_ATTEMPTS};
 use crate::error::{Error, Result};
+use crate::fair_lock::{epoch_millis, Pace, QueueExit};
 use crate::guard::{release_in_background, Lease, Renewal};
 use crate::keys::{LockKeys, UNLOCK_MESSAGE};
-use crate::script::{LOCK_ACQUIRE, LOCK_FORCE_RELEASE, LOCK_RELEASE};
-use crate::watchdog::HoldKey;
+use crate::script::{
+    Script, FAIR_ACQUIRE, FAIR_ACQUIRE_FAILED, FAIR_FORCE_RELEASE, FAIR_RELEASE, FAIR_TRY_ACQUIRE,
+    LOCK_ACQUIRE, LOCK_FORCE_RELEASE, LOCK_RELEASE,
+};
+use crate::watchdog::{millis, HoldKey};
 use crate::LockOwner;
 
 /// A reentrant distributed lock, shared with Java's `RLock` of the same name.
@@ -43,13 +47,35 @@ pub struct Lock {
     name: Arc<str>,
     keys: Arc<LockKeys>,
     lease: Lease,
+    kind: Kind,
+}
+
+/// Which Redisson lock a handle speaks. All of them keep their holds in the same hash
+/// layout and share this module's handle, guard, waiting and release logic; they differ
+/// only in the scripts they send (see the `*_call` methods of [`Lock`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Kind {
+    /// `RLock` (protocol §3).
+    Reentrant,
+    /// `RFairLock` (protocol §4): FIFO through a queue and a deadline set, each waiter woken
+    /// on its own channel.
+    Fair,
+}
+
+/// One script call, ready to send.
+pub(crate) struct Call {
+    script: &'static Script,
+    keys: Vec<Value>,
+    args: Vec<Value>,
 }
 
 /// How long an acquisition may wait.
 #[derive(Clone, Copy)]
-enum Wait {
+pub(crate) enum Wait {
     Once,
-    Until(Instant),
+    /// Until the deadline; the duration is the whole wait it was made from (a fair waiter's
+    /// wait in the queue, as Redisson's `waitTime`).
+    Until(Instant, Duration),
     Forever,
 }
 
@@ -58,19 +84,20 @@ impl Wait {
         if wait.is_zero() {
             Ok(Wait::Once)
         } else {
-            deadline_after(wait).map(Wait::Until)
+            deadline_after(wait).map(|deadline| Wait::Until(deadline, wait))
         }
     }
 }
 
 impl Lock {
-    pub(crate) fn new(engine: Arc<Engine>, name: &str) -> Lock {
+    pub(crate) fn new(engine: Arc<Engine>, name: &str, kind: Kind) -> Lock {
         let raw = format!("{}{name}", engine.settings.name_prefix);
         Lock {
             engine,
             name: name.into(),
             keys: Arc::new(LockKeys::new(&raw)),
             lease: Lease::Watchdog,
+            kind,
         }
     }
 
@@ -196,16 +223,9 @@ impl Lock {
     /// name.
     pub async fn force_unlock(&self) -> Result<bool> {
         self.check_name()?;
-        let keys = vec![key(&self.keys.raw), key(&self.keys.channel)];
-        let args = vec![
-            Value::from(UNLOCK_MESSAGE),
-            Value::from(self.engine.publish_command()),
-        ];
+        let Call { script, keys, args } = self.force_release_call();
         let registered = self.engine.watchdog.generations_of_key(&self.keys.raw);
-        let reply = self
-            .engine
-            .run(&LOCK_FORCE_RELEASE, &self.keys.raw, keys, args)
-            .await?;
+        let reply = self.engine.run(script, &self.keys.raw, keys, args).await?;
         for (hold, generation) in registered {
             self.engine.watchdog.forget(&hold, Some(generation));
         }
@@ -269,17 +289,38 @@ impl Lock {
         self.check_name()?;
         self.engine.check_open()?;
         let lease_ms = self.lease.millis(&self.engine)?;
-        let attempt = || self.attempt(owner, lease_ms);
-        match wait {
-            Wait::Once => Ok(match attempt().await? {
-                Attempt::Acquired(guard) => Some(guard),
-                Attempt::Busy { .. } => None,
-            }),
-            Wait::Until(deadline) => {
-                acquire::acquire(&self.engine, &self.keys.channel, Some(deadline), attempt).await
+        let attempt = || self.attempt(owner, lease_ms, wait);
+        let deadline = match wait {
+            Wait::Once => {
+                return Ok(match attempt().await? {
+                    Attempt::Acquired(guard) => Some(guard),
+                    Attempt::Busy { .. } => None,
+                })
             }
-            Wait::Forever => {
-                acquire::acquire(&self.engine, &self.keys.channel, None, attempt).await
+            Wait::Until(deadline, _) => Some(deadline),
+            Wait::Forever => None,
+        };
+        let channel = self.wait_channel(owner);
+        match self.kind {
+            Kind::Reentrant => acquire::acquire(&self.engine, &channel, deadline, attempt).await,
+            Kind::Fair => {
+                // Queued from the first attempt on: whatever ends the wait without the lock
+                // (deadline, error, drop) takes the waiter out of the queue at once.
+                let exit = QueueExit::arm(self.clone(), owner.clone(), self.fair_wait_ms(wait));
+                let pace = &Pace::new();
+                let attempt = move || pace.paced(attempt());
+                match acquire::acquire(&self.engine, &channel, deadline, attempt).await {
+                    Ok(Some(guard)) => {
+                        exit.disarm();
+                        Ok(Some(guard))
+                    }
+                    Ok(None) => {
+                        exit.leave().await;
+                        Ok(None)
+                    }
+                    // Dropping `exit` leaves the queue in the background.
+                    Err(error) => Err(error),
+                }
             }
         }
     }
@@ -290,16 +331,16 @@ impl Lock {
         &self,
         owner: &LockOwner,
         lease_ms: i64,
+        wait: Wait,
     ) -> impl Future<Output = Result<Attempt<LockGuard>>> + Send + 'static {
         let sent_at = Instant::now();
-        let keys = vec![key(&self.keys.raw)];
-        let args = vec![Value::from(lease_ms), Value::from(&**owner.field())];
-        let call = self.engine.scripts.run(&LOCK_ACQUIRE, keys, args);
+        let Call { script, keys, args } = self.acquire_call(owner, lease_ms, wait);
+        let call = self.engine.scripts.run(script, keys, args);
         let raw = self.keys.raw.clone();
         let in_flight = InFlight::new(
             Box::pin(async move {
                 let reply = call.await.map_err(|e| map_redis_error(e, &raw))?;
-                Ok(Attempt::from_pttl(nil_or_int(&LOCK_ACQUIRE, reply)?, ()))
+                Ok(Attempt::from_pttl(nil_or_int(script, reply)?, ()))
             }),
             {
                 let (lock, owner) = (self.clone(), owner.clone());
@@ -312,6 +353,146 @@ impl Lock {
                 Attempt::Acquired(()) => Attempt::Acquired(lock.guard(owner, sent_at)),
                 Attempt::Busy { ttl } => Attempt::Busy { ttl },
             })
+        }
+    }
+
+    /// The channel a waiter of `owner` listens on.
+    fn wait_channel(&self, owner: &LockOwner) -> Arc<str> {
+        match self.kind {
+            Kind::Reentrant => self.keys.channel.clone(),
+            Kind::Fair => self.keys.fair_waiter_channel(owner.field()).into(),
+        }
+    }
+
+    /// The acquire script of this kind for one attempt of a wait of kind `wait`.
+    fn acquire_call(&self, owner: &LockOwner, lease_ms: i64, wait: Wait) -> Call {
+        match self.kind {
+            Kind::Reentrant => Call {
+                script: &LOCK_ACQUIRE,
+                keys: vec![key(&self.keys.raw)],
+                args: vec![Value::from(lease_ms), Value::from(&**owner.field())],
+            },
+            Kind::Fair => {
+                let keys = vec![
+                    key(&self.keys.raw),
+                    key(&self.keys.fair_queue()),
+                    key(&self.keys.fair_timeouts()),
+                ];
+                let lease = Value::from(lease_ms);
+                let owner = Value::from(&**owner.field());
+                let now = Value::from(epoch_millis());
+                let wait_ms = Value::from(self.fair_wait_ms(wait));
+                match wait {
+                    // The no-wait form never queues; note its ARGV order.
+                    Wait::Once => Call {
+                        script: &FAIR_TRY_ACQUIRE,
+                        keys,
+                        args: vec![lease, owner, now, wait_ms],
+                    },
+                    Wait::Until(..) | Wait::Forever => Call {
+                        script: &FAIR_ACQUIRE,
+                        keys,
+                        args: vec![lease, owner, wait_ms, now],
+                    },
+                }
+            }
+        }
+    }
+
+    /// A fair waiter's wait in the queue (protocol §4.1): the caller's limit for a timed
+    /// wait, else the client's `fair_wait_timeout`.
+    fn fair_wait_ms(&self, wait: Wait) -> i64 {
+        match wait {
+            Wait::Until(_, limit) => millis(limit).max(1),
+            Wait::Once | Wait::Forever => millis(self.engine.settings.fair_wait_timeout),
+        }
+    }
+
+    /// Takes `owner` out of this fair lock's queue (protocol §4.5): the waiters behind it
+    /// move up by its wait `wait_ms`, and the next one is told if it is now first in line
+    /// and the lock is free.
+    pub(crate) async fn leave_queue(&self, owner: &LockOwner, wait_ms: i64) -> Result<()> {
+        debug_assert_eq!(self.kind, Kind::Fair);
+        let queue = self.keys.fair_queue();
+        let keys = vec![
+            key(&queue),
+            key(&self.keys.fair_timeouts()),
+            key(&self.keys.raw),
+            key(&self.keys.channel),
+        ];
+        let args = vec![
+            Value::from(&**owner.field()),
+            Value::from(wait_ms),
+            Value::from(UNLOCK_MESSAGE),
+            Value::from(self.engine.publish_command()),
+        ];
+        self.engine
+            .run(&FAIR_ACQUIRE_FAILED, &queue, keys, args)
+            .await
+            .map(drop)
+    }
+
+    /// The release script of this kind; `latch` names the request's unlock latch.
+    fn release_call(&self, owner: &LockOwner, lease_ms: i64, latch: &str) -> Call {
+        let latch_ttl = Value::from(crate::watchdog::millis(self.engine.latch_ttl()));
+        match self.kind {
+            Kind::Reentrant => Call {
+                script: &LOCK_RELEASE,
+                keys: vec![key(&self.keys.raw), key(&self.keys.channel), key(latch)],
+                args: vec![
+                    Value::from(UNLOCK_MESSAGE),
+                    Value::from(lease_ms),
+                    Value::from(&**owner.field()),
+                    Value::from(self.engine.publish_command()),
+                    latch_ttl,
+                ],
+            },
+            Kind::Fair => Call {
+                script: &FAIR_RELEASE,
+                keys: vec![
+                    key(&self.keys.raw),
+                    key(&self.keys.fair_queue()),
+                    key(&self.keys.fair_timeouts()),
+                    key(&self.keys.channel),
+                    key(latch),
+                ],
+                args: vec![
+                    Value::from(UNLOCK_MESSAGE),
+                    Value::from(lease_ms),
+                    Value::from(&**owner.field()),
+                    Value::from(epoch_millis()),
+                    Value::from(self.engine.publish_command()),
+                    latch_ttl,
+                ],
+            },
+        }
+    }
+
+    /// The script that frees the lock whoever holds it.
+    fn force_release_call(&self) -> Call {
+        match self.kind {
+            Kind::Reentrant => Call {
+                script: &LOCK_FORCE_RELEASE,
+                keys: vec![key(&self.keys.raw), key(&self.keys.channel)],
+                args: vec![
+                    Value::from(UNLOCK_MESSAGE),
+                    Value::from(self.engine.publish_command()),
+                ],
+            },
+            Kind::Fair => Call {
+                script: &FAIR_FORCE_RELEASE,
+                keys: vec![
+                    key(&self.keys.raw),
+                    key(&self.keys.fair_queue()),
+                    key(&self.keys.fair_timeouts()),
+                    key(&self.keys.channel),
+                ],
+                args: vec![
+                    Value::from(UNLOCK_MESSAGE),
+                    Value::from(epoch_millis()),
+                    Value::from(self.engine.publish_command()),
+                ],
+            },
         }
     }
 
@@ -330,23 +511,12 @@ impl Lock {
     async fn release(&self, owner: &LockOwner, lease_ms: i64) -> Result<Released> {
         let request_id = uuid::Uuid::new_v4().simple().to_string();
         let latch = self.keys.unlock_latch(&request_id);
-        let keys = vec![
-            key(&self.keys.raw),
-            key(&self.keys.channel),
-            Value::from(latch.as_str()),
-        ];
-        let args = vec![
-            Value::from(UNLOCK_MESSAGE),
-            Value::from(lease_ms),
-            Value::from(&**owner.field()),
-            Value::from(self.engine.publish_command()),
-            Value::from(crate::watchdog::millis(self.engine.latch_ttl())),
-        ];
+        let Call { script, keys, args } = self.release_call(owner, lease_ms, &latch);
         let mut attempt = 1;
         let reply = loop {
             match self
                 .engine
-                .run(&LOCK_RELEASE, &self.keys.raw, keys.clone(), args.clone())
+                .run(script, &self.keys.raw, keys.clone(), args.clone())
                 .await
             {
                 Err(error) if error.is_retryable() && attempt < RELEASE_ATTEMPTS => {
@@ -360,7 +530,7 @@ impl Lock {
         // The latch only serves resends of this request: drop it now rather than at its TTL.
         let redis = self.engine.redis.clone();
         tokio::spawn(async move { drop(redis.del::<Value, _>(latch).await) });
-        Ok(match nil_or_int(&LOCK_RELEASE, reply)? {
+        Ok(match nil_or_int(script, reply)? {
             None => Released::NotHeld,
             Some(0) => Released::Partly,
             Some(_) => Released::Fully,

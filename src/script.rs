@@ -39,6 +39,11 @@ scripts! {
     LOCK_RELEASE => "lock_release",
     LOCK_FORCE_RELEASE => "lock_force_release",
     RENEW_BATCH => "renew_batch",
+    FAIR_ACQUIRE => "fair_acquire",
+    FAIR_TRY_ACQUIRE => "fair_try_acquire",
+    FAIR_ACQUIRE_FAILED => "fair_acquire_failed",
+    FAIR_RELEASE => "fair_release",
+    FAIR_FORCE_RELEASE => "fair_force_release",
 }
 
 #[cfg(test)]
@@ -49,7 +54,7 @@ mod tests {
     fn every_script_has_a_header_and_a_distinct_sha() {
         let mut shas = std::collections::HashSet::new();
         for script in ALL {
-            assert!(script.lua.contains("KEYS[1]"), "{} lacks KEYS", script.name);
+            assert!(script.lua.contains("-- KEYS"), "{} lacks KEYS", script.name);
             assert!(
                 script.lua.contains("-- Reply"),
                 "{} lacks a reply contract",

@@ -1,0 +1,92 @@
+-- Fair acquire, timed form (RFairLock: lock() and tryLock with a wait). Redisson protocol §4.3,
+-- with the stale-head purge of §4.2.
+--
+-- KEYS[1]  lock hash <raw>
+-- KEYS[2]  waiting list redisson_lock_queue:{<raw>} (owner fields, head = next in line)
+-- KEYS[3]  waiter deadlines redisson_lock_timeout:{<raw>} (zset, score = epoch ms)
+-- ARGV[1]  lease in ms (the fixed lease, or the watchdog timeout)
+-- ARGV[2]  owner field <client uuid>:<owner id>
+-- ARGV[3]  this waiter's wait in ms: how long it may stall the queue without being seen
+-- ARGV[4]  now: the caller's wall clock in epoch ms
+--
+-- Reply: nil when the hold was taken (the lock was free and the owner is next in line, or
+--        nobody waits) or re-entered; the TTL is then set to the lease.
+--        Otherwise an integer estimate in ms of the wait ahead, which may be 0 or negative:
+--        for an owner already queued, the holder's PTTL (at least 0); for a new waiter, the
+--        time until the last waiter's deadline (or the holder's PTTL when nobody waits).
+-- A new waiter is appended to the list, with the deadline <that estimate> + now + wait.
+-- A queued waiter's deadline is never refreshed here.
+--
+-- Difference from Java, in the reply only: for an owner already queued behind another
+-- waiter, a positive PTTL is capped by the time until that first waiter's deadline. The
+-- unlock message goes to the first waiter only; if it is dead, the others must look again
+-- when its deadline passes (and the purge drops it), not when the old holder's lease would
+-- have ended. The data written is Java's.
+local key, queue, deadlines = KEYS[1], KEYS[2], KEYS[3]
+local lease, owner = ARGV[1], ARGV[2]
+local wait, now = tonumber(ARGV[3]), tonumber(ARGV[4])
+
+-- Waiters at the head whose deadline passed stopped asking: drop them. Only heads go;
+-- the first head without a passed deadline (or without one at all) ends the purge.
+while true do
+    local head = redis.call('lindex', queue, 0)
+    if not head then
+        break
+    end
+    local deadline = redis.call('zscore', deadlines, head)
+    if not deadline or tonumber(deadline) > now then
+        break
+    end
+    redis.call('zrem', deadlines, head)
+    redis.call('lpop', queue)
+end
+
+if redis.call('exists', key) == 0 then
+    local head = redis.call('lindex', queue, 0)
+    if not head or head == owner then
+        redis.call('lpop', queue)
+        redis.call('zrem', deadlines, owner)
+        -- The deadlines are chained (each one is the previous one plus that waiter's wait):
+        -- the owner's link is gone, so every remaining deadline moves up by its wait.
+        for _, waiter in ipairs(redis.call('zrange', deadlines, 0, -1)) do
+            redis.call('zincrby', deadlines, -wait, waiter)
+        end
+        redis.call('hset', key, owner, 1)
+        redis.call('pexpire', key, lease)
+        return nil
+    end
+end
+
+if redis.call('hexists', key, owner) == 1 then
+    redis.call('hincrby', key, owner, 1)
+    redis.call('pexpire', key, lease)
+    return nil
+end
+
+if redis.call('zscore', deadlines, owner) then
+    local estimate = redis.call('pttl', key)
+    local head = redis.call('lindex', queue, 0)
+    if estimate > 0 and head and head ~= owner then
+        local head_deadline = redis.call('zscore', deadlines, head)
+        if head_deadline and tonumber(head_deadline) - now < estimate then
+            estimate = tonumber(head_deadline) - now
+        end
+    end
+    if estimate < 0 then
+        estimate = 0
+    end
+    return estimate
+end
+
+local estimate
+local last = redis.call('lindex', queue, -1)
+local last_deadline = last and last ~= owner and redis.call('zscore', deadlines, last)
+if last_deadline then
+    estimate = tonumber(last_deadline) - now
+else
+    estimate = redis.call('pttl', key)
+end
+if redis.call('zadd', deadlines, estimate + wait + now, owner) == 1 then
+    redis.call('rpush', queue, owner)
+end
+return estimate

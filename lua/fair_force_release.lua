@@ -1,0 +1,39 @@
+-- Free a fair lock whoever holds it (RFairLock's forceUnlock). Redisson protocol §4.7, with
+-- the stale-head purge of §4.2.
+--
+-- KEYS[1]  lock hash <raw>
+-- KEYS[2]  waiting list redisson_lock_queue:{<raw>} (owner fields, head = next in line)
+-- KEYS[3]  waiter deadlines redisson_lock_timeout:{<raw>} (zset, score = epoch ms)
+-- KEYS[4]  channel base redisson_lock__channel:{<raw>}; the head <h> is told on <base>:<h>
+-- ARGV[1]  unlock message, always "0"
+-- ARGV[2]  now: the caller's wall clock in epoch ms
+-- ARGV[3]  publish command, PUBLISH or SPUBLISH
+--
+-- Reply: 1 when a hold was deleted (and the head waiter, if any, was told); 0 when the
+-- lock was free. The queue itself is left alone.
+local key, queue, deadlines, channel_base = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local message, now, publish = ARGV[1], tonumber(ARGV[2]), ARGV[3]
+
+-- Waiters at the head whose deadline passed stopped asking: drop them, so that the message
+-- goes to a live one.
+while true do
+    local head = redis.call('lindex', queue, 0)
+    if not head then
+        break
+    end
+    local deadline = redis.call('zscore', deadlines, head)
+    if not deadline or tonumber(deadline) > now then
+        break
+    end
+    redis.call('zrem', deadlines, head)
+    redis.call('lpop', queue)
+end
+
+if redis.call('del', key) == 0 then
+    return 0
+end
+local head = redis.call('lindex', queue, 0)
+if head then
+    redis.call(publish, channel_base .. ':' .. head, message)
+end
+return 1

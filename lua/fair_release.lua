@@ -1,0 +1,76 @@
+-- Release one fair hold, with Redisson's unlock latch. Redisson protocol §4.6, with the
+-- stale-head purge of §4.2. Only the head waiter is told, on its own channel.
+--
+-- KEYS[1]  lock hash <raw>
+-- KEYS[2]  waiting list redisson_lock_queue:{<raw>} (owner fields, head = next in line)
+-- KEYS[3]  waiter deadlines redisson_lock_timeout:{<raw>} (zset, score = epoch ms)
+-- KEYS[4]  channel base redisson_lock__channel:{<raw>}; the head <h> is told on <base>:<h>
+-- KEYS[5]  unlock latch redisson_unlock_latch:{<raw>}:<request id>
+-- ARGV[1]  unlock message, always "0"
+-- ARGV[2]  lease in ms that a partial release resets the TTL to
+-- ARGV[3]  owner field <client uuid>:<owner id>
+-- ARGV[4]  now: the caller's wall clock in epoch ms
+-- ARGV[5]  publish command, PUBLISH or SPUBLISH
+-- ARGV[6]  latch TTL in ms
+--
+-- Reply: nil when the owner holds nothing; 0 when holds remain (re-entered; the TTL is
+--        reset to the lease); 1 when the lock was freed and the head waiter was told.
+-- A retry with the same request id replays the first reply from the latch.
+--
+-- Deliberate difference from Java: when the lock hash does not exist at all (the hold
+-- expired or was force-unlocked), Java tells the head waiter, writes the latch and replies
+-- 1 (success). This script also tells the head waiter and writes the latch, but replies nil,
+-- because this crate's unlock reports a lost hold. The latch then holds "none", which
+-- replays as nil. Other clients only see the data and the message, which are as Java's.
+local key, queue, deadlines, channel_base, latch = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local message, lease, owner = ARGV[1], ARGV[2], ARGV[3]
+local now, publish, latch_ttl = tonumber(ARGV[4]), ARGV[5], ARGV[6]
+local NOT_HELD = 'none'
+
+local replayed = redis.call('get', latch)
+if replayed then
+    if replayed == NOT_HELD then
+        return nil
+    end
+    return tonumber(replayed)
+end
+
+-- Waiters at the head whose deadline passed stopped asking: drop them, so that the message
+-- goes to a live one.
+while true do
+    local head = redis.call('lindex', queue, 0)
+    if not head then
+        break
+    end
+    local deadline = redis.call('zscore', deadlines, head)
+    if not deadline or tonumber(deadline) > now then
+        break
+    end
+    redis.call('zrem', deadlines, head)
+    redis.call('lpop', queue)
+end
+
+local function tell_head()
+    local head = redis.call('lindex', queue, 0)
+    if head then
+        redis.call(publish, channel_base .. ':' .. head, message)
+    end
+end
+
+if redis.call('exists', key) == 0 then
+    tell_head()
+    redis.call('set', latch, NOT_HELD, 'px', latch_ttl)
+    return nil
+end
+if redis.call('hexists', key, owner) == 0 then
+    return nil
+end
+if redis.call('hincrby', key, owner, -1) > 0 then
+    redis.call('pexpire', key, lease)
+    redis.call('set', latch, 0, 'px', latch_ttl)
+    return 0
+end
+redis.call('del', key)
+redis.call('set', latch, 1, 'px', latch_ttl)
+tell_head()
+return 1

@@ -1,0 +1,859 @@
+//! The fair lock (Redisson's `RFairLock`, protocol §4): FIFO order across clients, the
+//! per-waiter timeout, leaving the queue on time-out and on drop, per-waiter wake-ups, and
+//! states written exactly as Java writes them. Ports of `RedissonFairLockTest` (§11.4)
+//! that apply are at the end.
+
+mod support;
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use fred::clients::SubscriberClient;
+use fred::prelude::*;
+use fred::types::Message;
+use redisson_lock::{Error, Lease, LockGuard, LockOwner};
+use support::*;
+use tokio::sync::broadcast;
+
+/// The client id of a Java `RedissonClient`; `<JAVA_CLIENT>:<thread id>` is a Java owner.
+const JAVA_CLIENT: &str = "8c1e3f0a-5b7d-4e2a-9f61-2d4c7b9e0a13";
+/// The default `fair_wait_timeout` (Redisson's `fairLockWaitTimeout`), in ms.
+const DEFAULT_WAIT_MS: i64 = 300_000;
+const SECOND: Duration = Duration::from_secs(1);
+
+fn java_owner(thread: u32) -> String {
+    format!("{JAVA_CLIENT}:{thread}")
+}
+
+fn queue_key(name: &str) -> String {
+    format!("redisson_lock_queue:{{{name}}}")
+}
+
+fn timeouts_key(name: &str) -> String {
+    format!("redisson_lock_timeout:{{{name}}}")
+}
+
+fn waiter_channel(name: &str, field: &str) -> String {
+    format!("redisson_lock__channel:{{{name}}}:{field}")
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
+}
+
+/// The queue, head first.
+fn queued(server: &RedisServer, name: &str) -> Vec<String> {
+    server
+        .command(&["LRANGE", &queue_key(name), "0", "-1"])
+        .lines()
+        .filter(|line| !line.is_empty())
+        .map(String::from)
+        .collect()
+}
+
+/// A waiter's deadline in the timeout set.
+fn deadline(server: &RedisServer, name: &str, member: &str) -> Option<i64> {
+    let reply = server.command(&["ZSCORE", &timeouts_key(name), member]);
+    (reply != "(nil)").then(|| reply.parse::<f64>().expect("a score").round() as i64)
+}
+
+fn deadline_of(server: &RedisServer, name: &str, owner: &LockOwner) -> i64 {
+    deadline(server, name, &owner.to_string()).unwrap_or_else(|| panic!("{owner} has no deadline"))
+}
+
+fn timeouts_len(server: &RedisServer, name: &str) -> usize {
+    server
+        .command(&["ZCARD", &timeouts_key(name)])
+        .parse()
+        .unwrap()
+}
+
+/// Neither the queue nor the timeout set exists (Redis deletes them once empty).
+fn assert_no_queue(server: &RedisServer, name: &str) {
+    assert_eq!(
+        server.command(&["EXISTS", &queue_key(name), &timeouts_key(name)]),
+        "0",
+        "queue {:?}, {} deadlines left",
+        queued(server, name),
+        timeouts_len(server, name)
+    );
+}
+
+/// Java's enqueue of a waiter that will never ask again (its process died).
+fn enqueue_java(server: &RedisServer, name: &str, field: &str, deadline: i64) {
+    server.command(&["RPUSH", &queue_key(name), field]);
+    server.command(&["ZADD", &timeouts_key(name), &deadline.to_string(), field]);
+}
+
+async fn queue_reaches(server: &RedisServer, name: &str, len: usize) {
+    eventually(Duration::from_secs(5), &format!("queue of {len}"), || {
+        queued(server, name).len() == len
+    })
+    .await;
+}
+
+async fn subscribed(server: &RedisServer, channel: &str) {
+    eventually(Duration::from_secs(5), "subscription", || {
+        server
+            .command(&["PUBSUB", "NUMSUB", channel])
+            .ends_with("\n1")
+    })
+    .await;
+}
+
+/// Spawns `owner`'s `lock()`; the task returns the guard and when it was obtained.
+fn spawn_lock(
+    lock: &redisson_lock::FairLock,
+    owner: &LockOwner,
+) -> tokio::task::JoinHandle<(LockGuard, Instant, i64)> {
+    let acquire = lock.lock(owner);
+    tokio::spawn(async move {
+        let guard = acquire.await.expect("lock()");
+        (guard, Instant::now(), now_ms())
+    })
+}
+
+/// A raw subscriber to every lock channel, standing in for Java clients' listeners.
+async fn listener(server: &RedisServer) -> (SubscriberClient, broadcast::Receiver<Message>) {
+    let config = Config::from_url(&server.url()).unwrap();
+    let subscriber = Builder::from_config(config)
+        .build_subscriber_client()
+        .unwrap();
+    subscriber.init().await.unwrap();
+    let messages = subscriber.message_rx();
+    subscriber
+        .psubscribe("redisson_lock__channel*")
+        .await
+        .unwrap();
+    let _: Value = subscriber.ping(None).await.unwrap();
+    (subscriber, messages)
+}
+
+/// The next message: its channel and payload.
+async fn next_message(messages: &mut broadcast::Receiver<Message>) -> (String, String) {
+    let message = within(SECOND, "a lock message", messages.recv())
+        .await
+        .unwrap();
+    (
+        message.channel.to_string(),
+        message.value.as_string().unwrap_or_default(),
+    )
+}
+
+async fn no_more_messages(messages: &mut broadcast::Receiver<Message>) {
+    if let Ok(message) = tokio::time::timeout(Duration::from_millis(200), messages.recv()).await {
+        panic!(
+            "unexpected message {:?}",
+            message.map(|m| (m.channel, m.value))
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn waiters_of_two_clients_get_the_lock_in_queue_order() {
+    let server = RedisServer::start();
+    let clients = [client(&server).await, client(&server).await];
+    let name = "fifo";
+    let holder = clients[0].new_owner();
+    let held = clients[0].fair_lock(name).lock(&holder).await.unwrap();
+
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let mut waiters = Vec::new();
+    let mut expected_queue = Vec::new();
+    for i in 0..6 {
+        let client = &clients[i % 2];
+        let (lock, owner) = (client.fair_lock(name), client.new_owner());
+        expected_queue.push(owner.to_string());
+        let order = order.clone();
+        waiters.push(tokio::spawn(async move {
+            let guard = lock.lock(&owner).await.unwrap();
+            order.lock().unwrap().push(i);
+            guard.unlock().await.unwrap();
+        }));
+        // The next waiter starts only once this one is queued.
+        queue_reaches(&server, name, i + 1).await;
+    }
+    assert_eq!(queued(&server, name), expected_queue);
+    assert_eq!(timeouts_len(&server, name), 6);
+
+    held.unlock().await.unwrap();
+    for waiter in waiters {
+        within(Duration::from_secs(10), "waiter", waiter)
+            .await
+            .unwrap();
+    }
+    assert_eq!(*order.lock().unwrap(), (0..6).collect::<Vec<_>>());
+    assert_no_queue(&server, name);
+    assert!(!clients[1].fair_lock(name).is_locked().await.unwrap());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_timed_out_waiter_leaves_at_once_and_moves_the_others_up() {
+    let server = RedisServer::start();
+    let c = client(&server).await;
+    let name = "gives-up";
+    let lock = c.fair_lock(name);
+    let holder = c.new_owner();
+    let held = lock
+        .clone()
+        .with_lease(Lease::Fixed(Duration::from_secs(30)))
+        .lock(&holder)
+        .await
+        .unwrap();
+
+    let quitter = c.new_owner();
+    let started = Instant::now();
+    let quitting = tokio::spawn(lock.try_lock_for(&quitter, Duration::from_millis(700)));
+    queue_reaches(&server, name, 1).await;
+    let next = c.new_owner();
+    let next_task = spawn_lock(&lock, &next);
+    queue_reaches(&server, name, 2).await;
+    let last = c.new_owner();
+    let last_task = spawn_lock(&lock, &last);
+    queue_reaches(&server, name, 3).await;
+
+    // Each deadline is the previous one plus that waiter's wait; the first one is the
+    // holder's PTTL plus the try_lock_for wait.
+    let (q, n, l) = (
+        deadline_of(&server, name, &quitter),
+        deadline_of(&server, name, &next),
+        deadline_of(&server, name, &last),
+    );
+    let ahead = q - now_ms();
+    assert!((29_000..=30_700).contains(&ahead), "{ahead}");
+    assert_eq!(n - q, DEFAULT_WAIT_MS);
+    assert_eq!(l - n, DEFAULT_WAIT_MS);
+
+    let result = within(Duration::from_secs(3), "timed-out waiter", quitting)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(result.is_none());
+    assert!(started.elapsed() >= Duration::from_millis(700));
+    // Already gone when try_lock_for returns, and the others moved up by its wait.
+    assert_eq!(queued(&server, name), [next.to_string(), last.to_string()]);
+    assert_eq!(deadline(&server, name, &quitter.to_string()), None);
+    assert_eq!(deadline_of(&server, name, &next), n - 700);
+    assert_eq!(deadline_of(&server, name, &last), l - 700);
+
+    // The next waiter is not held up by the one that left (whose deadline is 30 s away).
+    let released = Instant::now();
+    held.unlock().await.unwrap();
+    let (guard, acquired, _) = within(Duration::from_secs(2), "next waiter", next_task)
+        .await
+        .unwrap();
+    let handoff = acquired.saturating_duration_since(released);
+    assert!(handoff < Duration::from_millis(150), "{handoff:?}");
+    guard.unlock().await.unwrap();
+    let (guard, _, _) = within(Duration::from_secs(2), "last waiter", last_task)
+        .await
+        .unwrap();
+    guard.unlock().await.unwrap();
+    assert_no_queue(&server, name);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_dropped_lock_future_leaves_the_queue_and_holds_nothing() {
+    let server = RedisServer::start();
+    let c = client(&server).await;
+    let name = "dropped";
+    let lock = c.fair_lock(name);
+    let holder = c.new_owner();
+    let held = lock
+        .clone()
+        .with_lease(Lease::Fixed(Duration::from_secs(30)))
+        .lock(&holder)
+        .await
+        .unwrap();
+
+    let dropped = c.new_owner();
+    let dropped_task = tokio::spawn(lock.lock(&dropped));
+    queue_reaches(&server, name, 1).await;
+    let behind = c.new_owner();
+    let behind_task = spawn_lock(&lock, &behind);
+    queue_reaches(&server, name, 2).await;
+    let behind_deadline = deadline_of(&server, name, &behind);
+
+    dropped_task.abort();
+    assert!(dropped_task.await.unwrap_err().is_cancelled());
+    eventually(SECOND, "the dropped waiter leaving", || {
+        queued(&server, name) == [behind.to_string()]
+    })
+    .await;
+    assert_eq!(deadline(&server, name, &dropped.to_string()), None);
+    assert_eq!(timeouts_len(&server, name), 1);
+    // It left with lock()'s wait, the client's fair_wait_timeout.
+    assert_eq!(
+        deadline_of(&server, name, &behind),
+        behind_deadline - DEFAULT_WAIT_MS
+    );
+
+    // Otherwise the one behind would wait up to 5 min for the dropped waiter's deadline.
+    let released = Instant::now();
+    held.unlock().await.unwrap();
+    let (guard, acquired, _) = within(Duration::from_secs(2), "waiter behind", behind_task)
+        .await
+        .unwrap();
+    let handoff = acquired.saturating_duration_since(released);
+    assert!(handoff < Duration::from_millis(150), "{handoff:?}");
+    assert_eq!(lock.hold_count(&dropped).await.unwrap(), 0);
+
+    // The same through tokio::time::timeout.
+    let timed_out = tokio::time::timeout(Duration::from_millis(300), lock.lock(&dropped)).await;
+    assert!(timed_out.is_err());
+    eventually(SECOND, "the timed-out waiter leaving", || {
+        queued(&server, name).is_empty() && timeouts_len(&server, name) == 0
+    })
+    .await;
+    guard.unlock().await.unwrap();
+    assert!(!lock.is_locked().await.unwrap());
+    assert_eq!(lock.hold_count(&dropped).await.unwrap(), 0);
+    assert_no_queue(&server, name);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_head_that_leaves_a_free_lock_wakes_the_next_waiter() {
+    let server = RedisServer::start();
+    let c = client(&server).await;
+    let name = "head-leaves";
+    let lock = c.fair_lock(name);
+    let holder = c.new_owner();
+    let held = lock
+        .clone()
+        .with_lease(Lease::Fixed(Duration::from_secs(30)))
+        .lock(&holder)
+        .await
+        .unwrap();
+    let head = c.new_owner();
+    let head_task = tokio::spawn(lock.lock(&head));
+    queue_reaches(&server, name, 1).await;
+    let next = c.new_owner();
+    let next_task = spawn_lock(&lock, &next);
+    queue_reaches(&server, name, 2).await;
+    subscribed(&server, &waiter_channel(name, &next.to_string())).await;
+
+    // The hold vanishes without a message (its lease ran out), then the head gives up
+    // before its 30 s timer: leaving must tell the next waiter.
+    held.detach();
+    server.command(&["DEL", name]);
+    let left = Instant::now();
+    head_task.abort();
+    let (guard, acquired, _) = within(Duration::from_secs(2), "next waiter", next_task)
+        .await
+        .unwrap();
+    let delay = acquired.saturating_duration_since(left);
+    assert!(delay < Duration::from_millis(200), "{delay:?}");
+    guard.unlock().await.unwrap();
+    assert_no_queue(&server, name);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_dead_waiter_ahead_delays_a_live_one_by_no_more_than_its_wait() {
+    let server = RedisServer::start();
+    let c = client_with(&server, |b| b.fair_wait_timeout(SECOND)).await;
+    let name = "dead-waiter";
+    let lock = c.fair_lock(name);
+    let holder = c.new_owner();
+    let held = lock
+        .clone()
+        .with_lease(Lease::Fixed(Duration::from_secs(30)))
+        .lock(&holder)
+        .await
+        .unwrap();
+
+    // What a Java waiter leaves behind when its process is killed while queued.
+    let dead = java_owner(13);
+    let dead_deadline = now_ms() + 1_000;
+    enqueue_java(&server, name, &dead, dead_deadline);
+    let live = c.new_owner();
+    let live_task = spawn_lock(&lock, &live);
+    queue_reaches(&server, name, 2).await;
+    assert_eq!(queued(&server, name), [dead.clone(), live.to_string()]);
+    // Chained on the dead waiter's deadline, with the builder's wait.
+    assert_eq!(deadline_of(&server, name, &live), dead_deadline + 1_000);
+
+    // The unlock tells the dead head, not the live waiter.
+    held.unlock().await.unwrap();
+    let (guard, _, acquired_ms) = within(Duration::from_secs(3), "live waiter", live_task)
+        .await
+        .unwrap();
+    assert!(
+        acquired_ms >= dead_deadline,
+        "took the lock {} ms before the dead waiter's deadline",
+        dead_deadline - acquired_ms
+    );
+    assert!(
+        acquired_ms <= dead_deadline + 250,
+        "held up {} ms past the dead waiter's deadline",
+        acquired_ms - dead_deadline
+    );
+    assert_no_queue(&server, name);
+    guard.unlock().await.unwrap();
+}
+
+/// How many scripts the server ran by EVALSHA so far.
+fn evalsha_calls(server: &RedisServer) -> u64 {
+    let stats = server.command(&["INFO", "commandstats"]);
+    stats
+        .lines()
+        .find_map(|line| line.strip_prefix("cmdstat_evalsha:calls="))
+        .and_then(|rest| rest.split(',').next())
+        .map_or(0, |calls| calls.parse().unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn waiting_behind_a_dead_head_on_a_free_lock_backs_off_instead_of_spinning() {
+    let server = RedisServer::start();
+    let c = client_with(&server, |b| b.fair_wait_timeout(SECOND)).await;
+    let name = "dead-head-free-lock";
+    let lock = c.fair_lock(name);
+    let dead = java_owner(14);
+    let dead_deadline = now_ms() + 1_000;
+    enqueue_java(&server, name, &dead, dead_deadline);
+
+    let before = evalsha_calls(&server);
+    let live = c.new_owner();
+    let (guard, _, acquired_ms) = within(
+        Duration::from_secs(3),
+        "live waiter",
+        spawn_lock(&lock, &live),
+    )
+    .await
+    .unwrap();
+    let calls = evalsha_calls(&server) - before;
+    assert!(acquired_ms >= dead_deadline);
+    assert!(
+        acquired_ms <= dead_deadline + 150,
+        "held up {} ms past the dead waiter's deadline",
+        acquired_ms - dead_deadline
+    );
+    // The free lock answers 0 while the dead waiter is first: Java retries at once; we
+    // pause up to 64 ms, so about 1 s of waiting takes a few dozen attempts at most.
+    assert!(calls < 40, "{calls} attempts in about a second");
+    guard.unlock().await.unwrap();
+    assert_no_queue(&server, name);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_head_is_woken_on_its_own_channel_long_before_the_ttl() {
+    let server = RedisServer::start();
+    let c = client(&server).await;
+    let name = "handoff";
+    let lock = c.fair_lock(name);
+    let holder = c.new_owner();
+    let held = lock
+        .clone()
+        .with_lease(Lease::Fixed(Duration::from_secs(30)))
+        .lock(&holder)
+        .await
+        .unwrap();
+
+    let waiter = c.new_owner();
+    let waiting = spawn_lock(&lock, &waiter);
+    queue_reaches(&server, name, 1).await;
+    subscribed(&server, &waiter_channel(name, &waiter.to_string())).await;
+    // Only its own channel: the shared one is for plain locks.
+    assert!(server
+        .command(&[
+            "PUBSUB",
+            "NUMSUB",
+            &format!("redisson_lock__channel:{{{name}}}")
+        ])
+        .ends_with("\n0"));
+
+    let released = Instant::now();
+    held.unlock().await.unwrap();
+    let (guard, acquired, _) = within(Duration::from_secs(5), "waiter", waiting)
+        .await
+        .unwrap();
+    let handoff = acquired.saturating_duration_since(released);
+    assert!(handoff < Duration::from_millis(200), "{handoff:?}");
+    assert!(lock.is_held_by(guard.owner()).await.unwrap());
+    guard.unlock().await.unwrap();
+    assert_no_queue(&server, name);
+    // The waiter's subscription is dropped with its wait.
+    eventually(SECOND, "unsubscribed", || c.subscribed_channels() == 0).await;
+}
+
+#[tokio::test]
+async fn a_hold_written_by_java_excludes_us() {
+    let server = RedisServer::start();
+    let c = client(&server).await;
+    let name = "java-held";
+    let lock = c.fair_lock(name);
+    let java = java_owner(7);
+    server.command(&["HSET", name, &java, "1"]);
+    server.command(&["PEXPIRE", name, "30000"]);
+
+    let me = c.new_owner();
+    assert!(lock.try_lock(&me).await.unwrap().is_none());
+    assert!(lock.is_locked().await.unwrap());
+    assert!(!lock.is_held_by(&me).await.unwrap());
+    assert_eq!(lock.hold_count(&me).await.unwrap(), 0);
+    assert!(lock
+        .try_lock_for(&me, Duration::from_millis(200))
+        .await
+        .unwrap()
+        .is_none());
+    assert_no_queue(&server, name);
+    assert!(matches!(lock.unlock(&me).await, Err(Error::NotHeld { .. })));
+    assert_eq!(server.command(&["HGET", name, &java]), "1");
+    let pttl: i64 = server.command(&["PTTL", name]).parse().unwrap();
+    assert!(pttl > 25_000, "{pttl}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_java_waiter_ahead_is_honoured_and_a_java_unlock_message_wakes_us() {
+    let server = RedisServer::start();
+    let c = client(&server).await;
+    let name = "java-queued";
+    let lock = c.fair_lock(name);
+    let java = java_owner(8);
+    let java_deadline = now_ms() + 10_000;
+    enqueue_java(&server, name, &java, java_deadline);
+
+    // The lock is free, but the Java waiter is next in line.
+    let me = c.new_owner();
+    assert!(lock.try_lock(&me).await.unwrap().is_none());
+    assert_eq!(queued(&server, name), std::slice::from_ref(&java));
+    assert!(lock
+        .try_lock_for(&me, Duration::from_millis(300))
+        .await
+        .unwrap()
+        .is_none());
+    assert_eq!(queued(&server, name), std::slice::from_ref(&java));
+    assert_eq!(deadline(&server, name, &java), Some(java_deadline));
+    assert_eq!(timeouts_len(&server, name), 1);
+
+    // The Java waiter takes the lock as Redisson's acquire does.
+    server.command(&["LPOP", &queue_key(name)]);
+    server.command(&["ZREM", &timeouts_key(name), &java]);
+    server.command(&["HSET", name, &java, "1"]);
+    server.command(&["PEXPIRE", name, "30000"]);
+
+    let waiting = spawn_lock(&lock, &me);
+    queue_reaches(&server, name, 1).await;
+    let my_channel = waiter_channel(name, &me.to_string());
+    subscribed(&server, &my_channel).await;
+    // Redisson's release: the hash goes, "0" goes to the head's own channel.
+    let released = Instant::now();
+    server.command(&["DEL", name]);
+    assert_eq!(server.command(&["PUBLISH", &my_channel, "0"]), "1");
+    let (guard, acquired, _) = within(Duration::from_secs(2), "waiter", waiting)
+        .await
+        .unwrap();
+    let handoff = acquired.saturating_duration_since(released);
+    assert!(
+        handoff < Duration::from_millis(200),
+        "{handoff:?}: not the 30 s TTL"
+    );
+    guard.unlock().await.unwrap();
+    assert_no_queue(&server, name);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn unlocks_tell_the_head_on_its_exact_channel_and_nobody_else() {
+    let server = RedisServer::start();
+    let c = client(&server).await;
+    let name = "tells-head";
+    let lock = c
+        .fair_lock(name)
+        .with_lease(Lease::Fixed(Duration::from_secs(30)));
+    let (_listener, mut messages) = listener(&server).await;
+    let me = c.new_owner();
+
+    // A full release tells the head, a Java waiter, on its own channel.
+    let guard = lock.try_lock(&me).await.unwrap().unwrap();
+    let partial = lock.try_lock(&me).await.unwrap().unwrap();
+    let first = java_owner(9);
+    let second = java_owner(10);
+    enqueue_java(&server, name, &first, now_ms() + 60_000);
+    enqueue_java(&server, name, &second, now_ms() + 120_000);
+    partial.unlock().await.unwrap();
+    assert_eq!(lock.hold_count(&me).await.unwrap(), 1);
+    guard.unlock().await.unwrap();
+    assert_eq!(
+        next_message(&mut messages).await,
+        (waiter_channel(name, &first), "0".to_owned())
+    );
+    // Nothing for the partial release, nothing for the second waiter, nothing on the
+    // shared channel.
+    no_more_messages(&mut messages).await;
+
+    // The first Java waiter takes the lock; force_unlock tells the next head.
+    server.command(&["LPOP", &queue_key(name)]);
+    server.command(&["ZREM", &timeouts_key(name), &first]);
+    server.command(&["HSET", name, &first, "1"]);
+    server.command(&["PEXPIRE", name, "30000"]);
+    assert!(lock.force_unlock().await.unwrap());
+    assert_eq!(
+        next_message(&mut messages).await,
+        (waiter_channel(name, &second), "0".to_owned())
+    );
+    assert!(!lock.force_unlock().await.unwrap());
+    no_more_messages(&mut messages).await;
+
+    // Our deliberate difference from Java: unlocking a hold that is gone is an error, but
+    // the head is told all the same (and the queue is untouched).
+    server.command(&["DEL", &queue_key(name), &timeouts_key(name)]);
+    let guard = lock.try_lock(&me).await.unwrap().unwrap();
+    enqueue_java(&server, name, &first, now_ms() + 60_000);
+    server.command(&["DEL", name]);
+    assert!(matches!(guard.unlock().await, Err(Error::NotHeld { .. })));
+    assert_eq!(
+        next_message(&mut messages).await,
+        (waiter_channel(name, &first), "0".to_owned())
+    );
+    assert_eq!(queued(&server, name), std::slice::from_ref(&first));
+    no_more_messages(&mut messages).await;
+}
+
+// Ports of RedissonFairLockTest (protocol §11.4).
+
+/// testAcquireFailedTimeoutDrift_Descrete: wait 5000, lease 30000, owners 101..105.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn acquire_failed_moves_only_the_waiters_behind_up() {
+    let server = RedisServer::start();
+    let c = client_with(&server, |b| b.fair_wait_timeout(Duration::from_secs(5))).await;
+    let name = "acquire-failed-drift";
+    let lock = c
+        .fair_lock(name)
+        .with_lease(Lease::Fixed(Duration::from_secs(30)));
+    let owner = |id| LockOwner::from_parts(c.id(), id);
+    let first = lock.try_lock(&owner(101)).await.unwrap().unwrap();
+
+    let mut tasks = Vec::new();
+    for (i, id) in (102..=105).enumerate() {
+        tasks.push(spawn_lock(&lock, &owner(id)));
+        queue_reaches(&server, name, i + 1).await;
+    }
+    let now = now_ms();
+    let before: Vec<i64> = (102..=105)
+        .map(|id| deadline_of(&server, name, &owner(id)))
+        .collect();
+    // Java's replies 30000/35000/40000/45000 are these deadlines minus the wait.
+    for (i, deadline) in before.iter().enumerate() {
+        let expected = 35_000 + 5_000 * i as i64;
+        let ahead = deadline - now;
+        assert!(
+            (expected - 1_000..=expected).contains(&ahead),
+            "{i}: {ahead}"
+        );
+    }
+
+    // 103 gives up: only 104 and 105 move up, by its wait.
+    let t103 = tasks.remove(1);
+    t103.abort();
+    eventually(SECOND, "103 leaving", || queued(&server, name).len() == 3).await;
+    let after: Vec<Option<i64>> = (102..=105)
+        .map(|id| deadline(&server, name, &owner(id).to_string()))
+        .collect();
+    assert_eq!(
+        after,
+        [
+            Some(before[0]),
+            None,
+            Some(before[2] - 5_000),
+            Some(before[3] - 5_000)
+        ]
+    );
+
+    // 101 unlocks, 102 acquires: the rest move up by 102's wait.
+    first.unlock().await.unwrap();
+    let t102 = tasks.remove(0);
+    let (second, _, _) = within(Duration::from_secs(2), "102", t102).await.unwrap();
+    assert!(lock.is_held_by(&owner(102)).await.unwrap());
+    assert_eq!(
+        queued(&server, name),
+        [owner(104).to_string(), owner(105).to_string()]
+    );
+    assert_eq!(deadline_of(&server, name, &owner(104)), before[2] - 10_000);
+    assert_eq!(deadline_of(&server, name, &owner(105)), before[3] - 10_000);
+    let lease = lock.remaining_lease().await.unwrap().unwrap();
+    assert!(lease > Duration::from_secs(29), "{lease:?}");
+
+    for task in tasks {
+        task.abort();
+    }
+    eventually(SECOND, "the rest leaving", || {
+        queued(&server, name).is_empty()
+    })
+    .await;
+    second.unlock().await.unwrap();
+    assert_no_queue(&server, name);
+}
+
+/// testLockAcquiredTimeoutDrift_Descrete: lease 300000, wait 5000; deadlines do not drift.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn deadlines_move_up_by_the_wait_of_each_waiter_that_acquires() {
+    let server = RedisServer::start();
+    let c = client_with(&server, |b| b.fair_wait_timeout(Duration::from_secs(5))).await;
+    let name = "acquired-drift";
+    let lock = c
+        .fair_lock(name)
+        .with_lease(Lease::Fixed(Duration::from_secs(300)));
+    let owner = |id| LockOwner::from_parts(c.id(), id);
+    let first = lock.try_lock(&owner(101)).await.unwrap().unwrap();
+    let t102 = spawn_lock(&lock, &owner(102));
+    queue_reaches(&server, name, 1).await;
+    let t103 = tokio::spawn(lock.lock(&owner(103)));
+    queue_reaches(&server, name, 2).await;
+    let d102 = deadline_of(&server, name, &owner(102));
+    let d103 = deadline_of(&server, name, &owner(103));
+    assert_eq!(d103 - d102, 5_000);
+
+    first.unlock().await.unwrap();
+    let (second, _, _) = within(Duration::from_secs(2), "102", t102).await.unwrap();
+    let d103_after = deadline_of(&server, name, &owner(103));
+    assert_eq!(d103 - d103_after, 5_000);
+
+    let t104 = tokio::spawn(lock.lock(&owner(104)));
+    queue_reaches(&server, name, 2).await;
+    let d104 = deadline_of(&server, name, &owner(104));
+    assert_eq!(d104 - d103_after, 5_000);
+    // No drift: nobody is further out than the lease plus the waits ahead of it.
+    assert!(
+        d104 <= now_ms() + 300_000 + 2 * 5_000,
+        "{}",
+        d104 - now_ms()
+    );
+
+    t103.abort();
+    t104.abort();
+    eventually(SECOND, "waiters leaving", || {
+        queued(&server, name).is_empty()
+    })
+    .await;
+    second.unlock().await.unwrap();
+    assert_no_queue(&server, name);
+}
+
+/// testTryLockNonDelayed: a failed timed try leaves the queue, so a later try succeeds.
+#[tokio::test]
+async fn a_failed_timed_try_does_not_delay_a_later_try() {
+    let server = RedisServer::start();
+    let c = client(&server).await;
+    let name = "non-delayed";
+    let lock = c.fair_lock(name);
+    let (t1, t2, main) = (c.new_owner(), c.new_owner(), c.new_owner());
+    let held = lock.try_lock(&t1).await.unwrap().unwrap();
+    assert!(lock
+        .try_lock_for(&t2, Duration::from_millis(200))
+        .await
+        .unwrap()
+        .is_none());
+    assert_no_queue(&server, name);
+    held.unlock().await.unwrap();
+    let guard = lock
+        .try_lock(&main)
+        .await
+        .unwrap()
+        .expect("not held up by t2");
+    guard.unlock().await.unwrap();
+}
+
+/// testLockAcquiredBooleanTimeoutDrift_Descrete: the no-wait form never queues.
+#[tokio::test]
+async fn try_lock_never_joins_the_queue() {
+    let server = RedisServer::start();
+    let c = client_with(&server, |b| b.fair_wait_timeout(Duration::from_millis(100))).await;
+    let name = "no-wait";
+    let lock = c
+        .fair_lock(name)
+        .with_lease(Lease::Fixed(Duration::from_millis(500)));
+    let owner = |id| LockOwner::from_parts(c.id(), id);
+
+    let first = lock.try_lock(&owner(101)).await.unwrap().unwrap();
+    assert!(lock.try_lock(&owner(102)).await.unwrap().is_none());
+    assert!(lock.try_lock(&owner(103)).await.unwrap().is_none());
+    assert_no_queue(&server, name);
+    first.unlock().await.unwrap();
+    let second = lock.try_lock(&owner(102)).await.unwrap().unwrap();
+    for id in [104, 103, 104] {
+        assert!(lock.try_lock(&owner(id)).await.unwrap().is_none());
+    }
+    assert_no_queue(&server, name);
+    // 102's lease runs out; then 104 gets it.
+    second.detach();
+    eventually(Duration::from_secs(2), "lease expiry", || {
+        server.command(&["EXISTS", name]) == "0"
+    })
+    .await;
+    let third = lock.try_lock(&owner(104)).await.unwrap().unwrap();
+    third.unlock().await.unwrap();
+    assert_no_queue(&server, name);
+
+    // The no-wait form purges expired heads by `now` (its ARGV[3])...
+    enqueue_java(&server, name, &java_owner(15), now_ms() - 1);
+    let fourth = lock.try_lock(&owner(105)).await.unwrap().unwrap();
+    fourth.unlock().await.unwrap();
+    assert_no_queue(&server, name);
+    // ...and moves the others up by the client's wait (its ARGV[4]) when the owner first
+    // in line takes the lock.
+    let behind_deadline = now_ms() + 60_000;
+    enqueue_java(&server, name, &owner(106).to_string(), now_ms() + 30_000);
+    enqueue_java(&server, name, &java_owner(16), behind_deadline);
+    let fifth = lock.try_lock(&owner(106)).await.unwrap().unwrap();
+    assert_eq!(queued(&server, name), [java_owner(16)]);
+    assert_eq!(
+        deadline(&server, name, &java_owner(16)),
+        Some(behind_deadline - 100)
+    );
+    fifth.unlock().await.unwrap();
+}
+
+/// testIsLocked, testGetHoldCount, testReentrancy: reentrancy depth 3, a partial release
+/// keeps the queue waiting, the last one hands over.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn reentrancy_hold_count_and_is_locked() {
+    let server = RedisServer::start();
+    let c = client(&server).await;
+    let name = "reentrant";
+    let lock = c
+        .fair_lock(name)
+        .with_lease(Lease::Fixed(Duration::from_secs(10)));
+    let (me, other) = (c.new_owner(), c.new_owner());
+    assert!(!lock.is_locked().await.unwrap());
+    assert_eq!(lock.remaining_lease().await.unwrap(), None);
+
+    let g1 = lock.lock(&me).await.unwrap();
+    let g2 = lock.try_lock(&me).await.unwrap().unwrap();
+    let g3 = lock.try_lock_for(&me, SECOND).await.unwrap().unwrap();
+    assert_eq!(lock.hold_count(&me).await.unwrap(), 3);
+    assert!(lock.is_locked().await.unwrap());
+    assert!(lock.is_held_by(&me).await.unwrap());
+    assert!(!lock.is_held_by(&other).await.unwrap());
+    assert_eq!(lock.hold_count(&other).await.unwrap(), 0);
+    assert!(lock.try_lock(&other).await.unwrap().is_none());
+    assert_no_queue(&server, name);
+    assert!(matches!(
+        lock.unlock(&other).await,
+        Err(Error::NotHeld { .. })
+    ));
+
+    let waiting = spawn_lock(&lock, &other);
+    queue_reaches(&server, name, 1).await;
+    server.command(&["PEXPIRE", name, "5000"]);
+    g3.unlock().await.unwrap();
+    assert_eq!(lock.hold_count(&me).await.unwrap(), 2);
+    // A partial release resets the TTL to the lease.
+    let lease = lock.remaining_lease().await.unwrap().unwrap();
+    assert!(lease > Duration::from_secs(9), "{lease:?}");
+    g2.unlock().await.unwrap();
+    assert_eq!(lock.hold_count(&me).await.unwrap(), 1);
+    assert!(!waiting.is_finished());
+    assert_eq!(queued(&server, name), [other.to_string()]);
+
+    g1.unlock().await.unwrap();
+    let (guard, _, _) = within(Duration::from_secs(2), "waiter", waiting)
+        .await
+        .unwrap();
+    assert_eq!(lock.hold_count(&me).await.unwrap(), 0);
+    assert_eq!(lock.hold_count(&other).await.unwrap(), 1);
+    guard.unlock().await.unwrap();
+    assert!(!lock.is_locked().await.unwrap());
+    assert_no_queue(&server, name);
+}
