@@ -19,6 +19,7 @@ use tokio::sync::watch;
 use uuid::Uuid;
 
 use crate::error::{is_noscript, is_wrong_type, Error, Result};
+use crate::latches::Latches;
 use crate::pubsub::{Flavour, PubSub};
 use crate::script::Script;
 use crate::watchdog::Watchdog;
@@ -99,6 +100,7 @@ pub(crate) struct Engine {
     pub(crate) settings: Settings,
     pub(crate) pubsub: PubSub,
     pub(crate) watchdog: Arc<Watchdog>,
+    pub(crate) latches: Arc<Latches>,
     next_owner: AtomicU64,
     closed: AtomicBool,
     shutdown: watch::Sender<bool>,
@@ -121,6 +123,8 @@ impl Engine {
         };
         let watchdog = Watchdog::new(settings.watchdog_timeout);
         tokio::spawn(watchdog.clone().run(scripts.clone()));
+        let latches = Latches::new();
+        tokio::spawn(latches.clone().run(redis.clone(), shutdown_rx.clone()));
         let pubsub = PubSub::start(subscriber, settings.flavour, shutdown_rx);
         Arc::new(Engine {
             redis,
@@ -129,6 +133,7 @@ impl Engine {
             settings,
             pubsub,
             watchdog,
+            latches,
             next_owner: AtomicU64::new(1),
             closed: AtomicBool::new(false),
             shutdown,

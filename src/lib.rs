@@ -10,6 +10,7 @@ mod error;
 mod fair_lock;
 mod guard;
 mod keys;
+mod latches;
 mod lock;
 mod owner;
 mod pubsub;

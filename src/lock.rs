@@ -509,8 +509,7 @@ impl Lock {
     /// Runs the release script, resending it with the same request id when the reply is
     /// lost (the latch replays the first outcome instead of releasing twice).
     async fn release(&self, owner: &LockOwner, lease_ms: i64) -> Result<Released> {
-        let request_id = uuid::Uuid::new_v4().simple().to_string();
-        let latch = self.keys.unlock_latch(&request_id);
+        let latch = self.keys.unlock_latch(&self.engine.latches.request_id());
         let Call { script, keys, args } = self.release_call(owner, lease_ms, &latch);
         let mut attempt = 1;
         let reply = loop {
@@ -527,9 +526,8 @@ impl Lock {
                 reply => break reply?,
             }
         };
-        // The latch only serves resends of this request: drop it now rather than at its TTL.
-        let redis = self.engine.redis.clone();
-        tokio::spawn(async move { drop(redis.del::<Value, _>(latch).await) });
+        // The latch only serves resends of this request.
+        self.engine.latches.answered(latch);
         Ok(match nil_or_int(script, reply)? {
             None => Released::NotHeld,
             Some(0) => Released::Partly,
