@@ -1,5 +1,6 @@
 -- Fair acquire, no-wait form (RFairLock: tryLock() without a wait). Redisson protocol §4.4,
--- with the stale-head purge of §4.2. It never joins the queue.
+-- with the stale-head purge of §4.2. It never joins the queue. With ARGV[5], the
+-- non-reentrant fair acquire of §8.3.
 --
 -- KEYS[1]  lock hash <raw>
 -- KEYS[2]  waiting list redisson_lock_queue:{<raw>} (owner fields, head = next in line)
@@ -8,12 +9,14 @@
 -- ARGV[2]  owner field <client uuid>:<owner id>
 -- ARGV[3]  now: the caller's wall clock in epoch ms      (note: the order of ARGV[3] and
 -- ARGV[4]  the wait in ms of the client's fair waiters    ARGV[4] differs from fair_acquire)
+-- ARGV[5]  optional: the error message "NON_REENTRANT_REACQUIRE" (NonReentrantFairLock);
+--          when given, a re-entry is refused with this error reply and nothing is written
 --
 -- Reply: nil when the hold was taken (the lock was free and the owner is next in line, or
 --        nobody waits) or re-entered; the TTL is then set to the lease. Otherwise 1, and
 --        nothing was written.
 local key, queue, deadlines = KEYS[1], KEYS[2], KEYS[3]
-local lease, owner = ARGV[1], ARGV[2]
+local lease, owner, refuse_reentry = ARGV[1], ARGV[2], ARGV[5]
 local now, wait = tonumber(ARGV[3]), tonumber(ARGV[4])
 
 -- Waiters at the head whose deadline passed stopped asking: drop them. Only heads go;
@@ -48,6 +51,9 @@ if redis.call('exists', key) == 0 then
 end
 
 if redis.call('hexists', key, owner) == 1 then
+    if refuse_reentry then
+        return redis.error_reply(refuse_reentry)
+    end
     redis.call('hincrby', key, owner, 1)
     redis.call('pexpire', key, lease)
     return nil

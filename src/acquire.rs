@@ -11,6 +11,7 @@ use tokio::time::Instant;
 use crate::engine::{BoxFuture, Engine};
 use crate::error::{Error, Result};
 use crate::pubsub::Subscription;
+use crate::wait::{Backoff, Delays};
 
 /// The outcome of one acquire script.
 pub(crate) enum Attempt<T> {
@@ -38,14 +39,25 @@ impl<T> Attempt<T> {
     }
 }
 
+/// How a waiter learns that it may try again.
+#[derive(Clone, Copy)]
+pub(crate) enum Wake<'a> {
+    /// Unlock messages on this channel, and the holder's lease running out.
+    Messages(&'a str),
+    /// Sleeps by the back-off between attempts, never subscribing (protocol §8.1).
+    Spin(Backoff),
+}
+
 /// How long a waiter sleeps between attempts when no unlock message can reach it (the key
 /// has no TTL, or subscribing failed).
 const POLL_WITHOUT_MESSAGES: Duration = Duration::from_millis(500);
 /// Back-off between attempts while Redis is unreachable during a wait.
 const OUTAGE_BACKOFF: (Duration, Duration) = (Duration::from_millis(50), Duration::from_secs(1));
 
-/// Takes a hold by Redisson's algorithm: try; subscribe to `channel`; then until `deadline`:
-/// try again, and wait for an unlock message or for the holder's lease to run out.
+/// Takes a hold by Redisson's algorithm: try; subscribe to the channel of `wake`; then
+/// until `deadline`: try again, and wait for an unlock message or for the holder's lease to
+/// run out. A spinning waiter ([`Wake::Spin`]) never subscribes: it sleeps by its back-off
+/// (at most until the holder's lease runs out) between attempts, as Redisson's spin lock.
 ///
 /// `attempt` runs one acquire script; it must leave no hold behind when it is dropped
 /// mid-flight (see [`InFlight`]). Returns `Ok(None)` when `deadline` passed.
@@ -55,7 +67,7 @@ const OUTAGE_BACKOFF: (Duration, Duration) = (Duration::from_millis(50), Duratio
 /// `outage_limit`; this is what lets a waiter ride out a Redis restart.
 pub(crate) async fn acquire<T, F, Fut>(
     engine: &Engine,
-    channel: &str,
+    wake: Wake<'_>,
     deadline: Option<Instant>,
     mut attempt: F,
 ) -> Result<Option<T>>
@@ -63,8 +75,18 @@ where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<Attempt<T>>>,
 {
-    if let Attempt::Acquired(hold) = attempt().await? {
-        return Ok(Some(hold));
+    let ttl = match attempt().await? {
+        Attempt::Acquired(hold) => return Ok(Some(hold)),
+        Attempt::Busy { ttl } => ttl,
+    };
+    let (channel, mut spin) = match wake {
+        Wake::Messages(channel) => (channel, None),
+        // Only named in log lines: a spinning waiter never subscribes.
+        Wake::Spin(backoff) => ("(spinning)", Some(backoff.delays())),
+    };
+    if let Some(delays) = spin.as_mut() {
+        // Spinning: try, sleep, try, ... (no retry in between to close a subscribe gap).
+        tokio::time::sleep(spin_pause(delays, ttl, deadline)).await;
     }
     let outage_limit = engine.settings.watchdog_timeout;
     let mut subscription: Option<Subscription> = None;
@@ -74,7 +96,7 @@ where
             return Ok(None);
         }
         engine.check_open()?;
-        if subscription.is_none() {
+        if subscription.is_none() && spin.is_none() {
             let subscribing = engine.pubsub.subscribe(channel);
             let subscribed = match deadline {
                 Some(deadline) => match tokio::time::timeout_at(deadline, subscribing).await {
@@ -127,6 +149,10 @@ where
             tokio::time::sleep(wait).await;
             continue;
         }
+        if let Some(delays) = spin.as_mut() {
+            tokio::time::sleep(spin_pause(delays, ttl, deadline)).await;
+            continue;
+        }
         if let Some(deadline) = deadline {
             wait = wait.min(deadline.saturating_duration_since(Instant::now()));
         }
@@ -137,6 +163,19 @@ where
             None => tokio::time::sleep(wait).await,
         }
     }
+}
+
+/// A spinning waiter's next sleep: the back-off's next step, cut short when the holder's
+/// lease ends sooner or the deadline comes first.
+fn spin_pause(delays: &mut Delays, ttl: Option<Duration>, deadline: Option<Instant>) -> Duration {
+    let mut pause = delays.next_delay();
+    if let Some(ttl) = ttl {
+        pause = pause.min(ttl);
+    }
+    if let Some(deadline) = deadline {
+        pause = pause.min(deadline.saturating_duration_since(Instant::now()));
+    }
+    pause
 }
 
 /// The instant a wait of `wait` from now ends, or an error when it cannot be represented.

@@ -14,7 +14,9 @@ use crate::engine::{Engine, Settings};
 use crate::error::{Error, Result};
 use crate::lock::Kind;
 use crate::pubsub::Flavour;
-use crate::{FairLock, Lock, LockOwner};
+use crate::{FairLock, Lock, LockOwner, ReadWriteLock};
+use crate::{FencedLock, NonReentrantFairLock, NonReentrantLock, SpinLock};
+use crate::{MultiLock, MultiMember, RedLock};
 
 /// A connection to Redis for locks: one command connection, one subscriber connection, one
 /// watchdog task and one pub/sub task, shared by every lock and guard made from it.
@@ -67,6 +69,76 @@ impl LockClient {
     /// name, as the reentrant one ignores the queue.
     pub fn fair_lock(&self, name: &str) -> FairLock {
         FairLock::new(Lock::new(self.engine.clone(), name, Kind::Fair))
+    }
+
+    /// A handle on the read-write lock `name` (Redisson's `getReadWriteLock(name)`). No I/O.
+    ///
+    /// Many readers or one writer, Java clients included; see [`ReadWriteLock`] for the
+    /// policy. Names are formed as for [`lock`](LockClient::lock). Do not use the name for
+    /// another kind of lock: the read-write lock keeps a `mode` field in the same hash.
+    pub fn read_write_lock(&self, name: &str) -> ReadWriteLock {
+        ReadWriteLock::new(
+            Lock::new(self.engine.clone(), name, Kind::Read),
+            Lock::new(self.engine.clone(), name, Kind::Write),
+        )
+    }
+
+    /// A handle on the fenced lock `name` (Redisson's `getFencedLock(name)`). No I/O.
+    ///
+    /// A reentrant lock whose every acquisition returns a fencing token, larger than any
+    /// before, that the protected resource can check; see [`FencedLock`]. Names are formed
+    /// as for [`lock`](LockClient::lock); it shares its hold with a [`Lock`] of the same
+    /// name.
+    pub fn fenced_lock(&self, name: &str) -> FencedLock {
+        FencedLock::new(Lock::new(self.engine.clone(), name, Kind::Fenced))
+    }
+
+    /// A handle on the spin lock `name` (Redisson's `getSpinLock(name)`). No I/O.
+    ///
+    /// A reentrant lock without pub/sub: waiters poll by a back-off and releases publish
+    /// nothing; see [`SpinLock`]. Names are formed as for [`lock`](LockClient::lock); it
+    /// shares its hold with a [`Lock`] of the same name.
+    pub fn spin_lock(&self, name: &str) -> SpinLock {
+        SpinLock::new(Lock::new(self.engine.clone(), name, Kind::Spin))
+    }
+
+    /// A handle on the non-reentrant lock `name` (Redisson's `getNonReentrantLock(name)`).
+    /// No I/O.
+    ///
+    /// A second acquisition by the holder fails with [`Error::WouldDeadlock`]; see
+    /// [`NonReentrantLock`]. Names are formed as for [`lock`](LockClient::lock); it shares
+    /// its hold with a [`Lock`] of the same name.
+    pub fn non_reentrant_lock(&self, name: &str) -> NonReentrantLock {
+        NonReentrantLock::new(
+            Lock::new(self.engine.clone(), name, Kind::Reentrant).refusing_reentry(),
+        )
+    }
+
+    /// A handle on the non-reentrant fair lock `name` (Redisson's
+    /// `getNonReentrantFairLock(name)`). No I/O.
+    ///
+    /// A [`FairLock`] whose holder gets [`Error::WouldDeadlock`] when it asks again; see
+    /// [`NonReentrantFairLock`]. Names are formed as for [`lock`](LockClient::lock).
+    pub fn non_reentrant_fair_lock(&self, name: &str) -> NonReentrantFairLock {
+        NonReentrantFairLock::new(
+            Lock::new(self.engine.clone(), name, Kind::Fair).refusing_reentry(),
+        )
+    }
+
+    /// Several locks taken as one, all or nothing (Redisson's `getMultiLock`). The members
+    /// may come from other `LockClient`s (other servers) and be of any exclusive kind; see
+    /// [`MultiLock`]. No I/O.
+    pub fn multi_lock(
+        &self,
+        members: impl IntoIterator<Item = impl Into<MultiMember>>,
+    ) -> MultiLock {
+        MultiLock::new(members)
+    }
+
+    /// A majority of locks on independent servers (Redisson's deprecated `getRedLock`); see
+    /// [`RedLock`] for why a [`FencedLock`] is usually the better choice. No I/O.
+    pub fn red_lock(&self, members: impl IntoIterator<Item = impl Into<MultiMember>>) -> RedLock {
+        RedLock::new(members)
     }
 
     /// The fred client that runs this client's commands, for anything this crate does not

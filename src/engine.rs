@@ -101,6 +101,8 @@ pub(crate) struct Engine {
     pub(crate) pubsub: PubSub,
     pub(crate) watchdog: Arc<Watchdog>,
     pub(crate) latches: Arc<Latches>,
+    /// The server (or servers) of this client's configuration, as text.
+    pub(crate) server: String,
     next_owner: AtomicU64,
     closed: AtomicBool,
     shutdown: watch::Sender<bool>,
@@ -126,6 +128,7 @@ impl Engine {
         let latches = Latches::new();
         tokio::spawn(latches.clone().run(redis.clone(), shutdown_rx.clone()));
         let pubsub = PubSub::start(subscriber, settings.flavour, shutdown_rx);
+        let server = format!("{:?}", redis.client_config().server);
         Arc::new(Engine {
             redis,
             scripts,
@@ -134,6 +137,7 @@ impl Engine {
             pubsub,
             watchdog,
             latches,
+            server,
             next_owner: AtomicU64::new(1),
             closed: AtomicBool::new(false),
             shutdown,

@@ -58,6 +58,10 @@ impl FairLock {
         FairLock { inner }
     }
 
+    pub(crate) fn into_lock(self) -> Lock {
+        self.inner
+    }
+
     /// The same lock with another lease policy for the holds it takes from now on.
     /// [`Lease::Fixed`] disables the watchdog for those holds.
     pub fn with_lease(self, lease: Lease) -> FairLock {

@@ -6,8 +6,10 @@ use std::sync::Arc;
 /// The unlock message of every exclusive lock and of read unlocks: wakes one waiter.
 pub(crate) const UNLOCK_MESSAGE: &str = "0";
 /// The message of a write unlock: wakes every waiter.
-#[allow(dead_code)]
 pub(crate) const READ_UNLOCK_MESSAGE: &str = "1";
+/// The error a non-reentrant acquire replies when the owner already holds the lock
+/// (protocol §8.2, §8.3); passed to the scripts as an argument, as Redisson does.
+pub(crate) const NON_REENTRANT_REACQUIRE: &str = "NON_REENTRANT_REACQUIRE";
 
 /// Redisson's `prefixName`: `prefix:name` when the name already has a `{`, else
 /// `prefix:{name}`, so every derived name lands in the lock key's cluster slot.
@@ -70,26 +72,22 @@ impl LockKeys {
     }
 
     /// `redisson_lock_token:{raw}`: the fenced lock's token counter.
-    #[allow(dead_code)]
     pub(crate) fn fence_token(&self) -> String {
         prefix_name("redisson_lock_token", &self.raw)
     }
 
     /// `redisson_rwlock:{raw}`: the read-write lock's channel.
-    #[allow(dead_code)]
     pub(crate) fn rw_channel(&self) -> String {
         prefix_name("redisson_rwlock", &self.raw)
     }
 
     /// `{raw}:<owner field>:rwlock_timeout`: prefix of one reader's per-hold timeout keys.
-    #[allow(dead_code)]
     pub(crate) fn read_timeout_prefix(&self, owner_field: &str) -> String {
         suffix_name(&self.raw, &format!("{owner_field}:rwlock_timeout"))
     }
 
     /// The part of every reader's timeout prefix before `:<owner field>`: `{raw}`, or the
     /// raw name itself when it already carries a `{`.
-    #[allow(dead_code)]
     pub(crate) fn read_key_prefix(&self) -> String {
         if self.raw.contains('{') {
             self.raw.to_string()
@@ -100,7 +98,6 @@ impl LockKeys {
 }
 
 /// The write side's hash field: `<owner field>:write`.
-#[allow(dead_code)]
 pub(crate) fn write_field(owner_field: &str) -> String {
     format!("{owner_field}:write")
 }

@@ -8,21 +8,34 @@ mod client;
 mod engine;
 mod error;
 mod fair_lock;
+mod fenced_lock;
 mod guard;
+mod handle;
 mod keys;
 mod latches;
 mod lock;
+mod multi_lock;
+mod non_reentrant;
 mod owner;
 mod pubsub;
+mod rw_lock;
 mod script;
+mod spin_lock;
+mod wait;
 mod watchdog;
 
 pub use client::{LockClient, LockClientBuilder};
 pub use error::{Error, Result};
 pub use fair_lock::FairLock;
+pub use fenced_lock::{FencedGuard, FencedLock};
 pub use guard::Lease;
 pub use lock::{Lock, LockGuard};
+pub use multi_lock::{MultiLock, MultiLockGuard, MultiMember, RedLock};
+pub use non_reentrant::{NonReentrantFairLock, NonReentrantLock};
 pub use owner::LockOwner;
+pub use rw_lock::{ReadGuard, ReadWriteLock, WriteGuard};
+pub use spin_lock::SpinLock;
+pub use wait::{Backoff, WaitStrategy};
 
 /// The Redis client this crate runs on, re-exported so that its configuration types can be
 /// named without a separate dependency.

@@ -14,13 +14,20 @@ use crate::engine::{map_redis_error, nil_or_int, Engine, RELEASE_ATTEMPTS};
 use crate::error::{Error, Result};
 use crate::fair_lock::{epoch_millis, Pace, QueueExit};
 use crate::guard::{release_in_background, Lease, Renewal};
-use crate::keys::{LockKeys, UNLOCK_MESSAGE};
+use crate::keys::{self, LockKeys, READ_UNLOCK_MESSAGE, UNLOCK_MESSAGE};
 use crate::script::{
     Script, FAIR_ACQUIRE, FAIR_ACQUIRE_FAILED, FAIR_FORCE_RELEASE, FAIR_RELEASE, FAIR_TRY_ACQUIRE,
-    LOCK_ACQUIRE, LOCK_FORCE_RELEASE, LOCK_RELEASE,
+    LOCK_ACQUIRE, LOCK_FORCE_RELEASE, LOCK_RELEASE, READ_ACQUIRE, READ_FORCE_RELEASE, READ_LOCKED,
+    READ_RELEASE, WRITE_ACQUIRE, WRITE_FORCE_RELEASE, WRITE_RELEASE,
 };
-use crate::watchdog::{millis, HoldKey};
+use crate::watchdog::{millis, HoldKey, Renew};
 use crate::LockOwner;
+// Fenced, spin and non-reentrant locks (protocol §7, §8).
+use crate::acquire::Wake;
+use crate::fenced_lock::read_fenced_reply;
+use crate::keys::NON_REENTRANT_REACQUIRE;
+use crate::script::{FENCED_ACQUIRE, SPIN_FORCE_RELEASE, SPIN_RELEASE};
+use crate::wait::WaitStrategy;
 
 /// A reentrant distributed lock, shared with Java's `RLock` of the same name.
 ///
@@ -48,11 +55,16 @@ pub struct Lock {
     keys: Arc<LockKeys>,
     lease: Lease,
     kind: Kind,
+    wait: WaitStrategy,
+    /// Redisson's non-reentrant variants (protocol §8.2, §8.3) of the reentrant and fair
+    /// kinds: the acquire scripts get the extra argument and refuse a re-entry.
+    refuse_reentry: bool,
 }
 
 /// Which Redisson lock a handle speaks. All of them keep their holds in the same hash
 /// layout and share this module's handle, guard, waiting and release logic; they differ
-/// only in the scripts they send (see the `*_call` methods of [`Lock`]).
+/// only in the scripts they send (see the `*_call` methods of [`Lock`]) and in the hash
+/// field of a hold (see [`Lock::field`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Kind {
     /// `RLock` (protocol §3).
@@ -60,7 +72,21 @@ pub(crate) enum Kind {
     /// `RFairLock` (protocol §4): FIFO through a queue and a deadline set, each waiter woken
     /// on its own channel.
     Fair,
+    /// The read side of `RReadWriteLock` (protocol §5): shared holds under the owner's
+    /// field, each with its own timeout key, renewed by the watchdog's reader batch.
+    Read,
+    /// The write side of `RReadWriteLock` (protocol §5): an exclusive hold under the field
+    /// `<owner>:write`.
+    Write,
+    /// `RFencedLock` (protocol §7): `RLock` whose every acquisition also takes a token.
+    Fenced,
+    /// `RSpinLock` (protocol §8.1): `RLock`'s acquire; releases publish nothing.
+    Spin,
 }
+
+/// The write acquire's reply when the owner holds only read holds (see
+/// `lua/write_acquire.lua`); no PTTL is ever negative beyond -2.
+const UPGRADE_REFUSED: i64 = -3;
 
 /// One script call, ready to send.
 pub(crate) struct Call {
@@ -80,7 +106,7 @@ pub(crate) enum Wait {
 }
 
 impl Wait {
-    fn from_limit(wait: Duration) -> Result<Wait> {
+    pub(crate) fn from_limit(wait: Duration) -> Result<Wait> {
         if wait.is_zero() {
             Ok(Wait::Once)
         } else {
@@ -98,7 +124,32 @@ impl Lock {
             keys: Arc::new(LockKeys::new(&raw)),
             lease: Lease::Watchdog,
             kind,
+            wait: match kind {
+                Kind::Spin => WaitStrategy::Spin(Default::default()),
+                _ => WaitStrategy::PubSub,
+            },
+            refuse_reentry: false,
         }
+    }
+
+    /// The non-reentrant variant of this reentrant or fair lock (protocol §8.2, §8.3).
+    pub(crate) fn refusing_reentry(mut self) -> Lock {
+        debug_assert!(matches!(self.kind, Kind::Reentrant | Kind::Fair));
+        self.refuse_reentry = true;
+        self
+    }
+
+    /// The same lock with another way of waiting for the holds it waits for from now on.
+    /// [`WaitStrategy::Spin`] never subscribes and notices releases that publish nothing
+    /// (spin-lock unlocks, plain `DEL`s) within one back-off step.
+    pub fn with_wait_strategy(mut self, wait: WaitStrategy) -> Lock {
+        self.wait = wait;
+        self
+    }
+
+    /// How this handle waits.
+    pub fn wait_strategy(&self) -> WaitStrategy {
+        self.wait
     }
 
     /// The same lock with another lease policy for the holds it takes from now on.
@@ -122,7 +173,8 @@ impl Lock {
     ///
     /// If `owner` already holds it, this re-enters at once (the hold count grows by one and
     /// the lease starts over). Waiting is woken by the unlock message of whoever releases the
-    /// lock, Java clients included, and in any case when the holder's lease runs out.
+    /// lock, Java clients included, and in any case when the holder's lease runs out; with
+    /// [`WaitStrategy::Spin`] it polls by its back-off instead.
     ///
     /// # Cancel safety
     /// Cancel-safe: dropping the future at any point leaves no hold behind. A hold taken by
@@ -211,7 +263,8 @@ impl Lock {
         Ok(())
     }
 
-    /// Frees the lock whoever holds it, and wakes its waiters. `true` when it was held.
+    /// Frees the lock whoever holds it, and wakes its waiters. `true` when it was held (for
+    /// a read or write side: held in that mode).
     ///
     /// # Correctness
     /// This breaks mutual exclusion for the current holder, which goes on believing it holds
@@ -226,10 +279,15 @@ impl Lock {
         let Call { script, keys, args } = self.force_release_call();
         let registered = self.engine.watchdog.generations_of_key(&self.keys.raw);
         let reply = self.engine.run(script, &self.keys.raw, keys, args).await?;
-        for (hold, generation) in registered {
-            self.engine.watchdog.forget(&hold, Some(generation));
+        let freed = matches!(reply, Value::Integer(1));
+        // Nothing was deleted otherwise: a read-write lock held in the other mode keeps
+        // its holds (and their renewal).
+        if freed {
+            for (hold, generation) in registered {
+                self.engine.watchdog.forget(&hold, Some(generation));
+            }
         }
-        Ok(matches!(reply, Value::Integer(1)))
+        Ok(freed)
     }
 
     /// Whether anyone (in any process) holds the lock.
@@ -239,8 +297,30 @@ impl Lock {
     pub async fn is_locked(&self) -> Result<bool> {
         self.check_name()?;
         self.engine.check_open()?;
-        let exists: i64 = self.engine.redis.exists(&*self.keys.raw).await?;
-        Ok(exists > 0)
+        let raw = &*self.keys.raw;
+        match self.kind {
+            Kind::Reentrant | Kind::Fair | Kind::Fenced | Kind::Spin => {
+                let exists: i64 = self.engine.redis.exists(raw).await?;
+                Ok(exists > 0)
+            }
+            // Read mode, or write mode where the writer also holds read holds (§5.7).
+            Kind::Read => {
+                let reply = self
+                    .engine
+                    .run(&READ_LOCKED, raw, vec![key(raw)], Vec::new())
+                    .await?;
+                Ok(matches!(reply, Value::Integer(1)))
+            }
+            Kind::Write => {
+                let mode: Option<String> = self
+                    .engine
+                    .redis
+                    .hget(raw, "mode")
+                    .await
+                    .map_err(|e| map_redis_error(e, raw))?;
+                Ok(mode.as_deref() == Some("write"))
+            }
+        }
     }
 
     /// Whether `owner` holds the lock.
@@ -262,7 +342,7 @@ impl Lock {
         let count: Option<i64> = self
             .engine
             .redis
-            .hget(&*self.keys.raw, &**owner.field())
+            .hget(&*self.keys.raw, &*self.field(owner))
             .await
             .map_err(|e| map_redis_error(e, &self.keys.raw))?;
         Ok(count.unwrap_or(0).max(0) as u64)
@@ -285,7 +365,31 @@ impl Lock {
         })
     }
 
-    async fn acquire(&self, owner: &LockOwner, wait: Wait) -> Result<Option<LockGuard>> {
+    /// The fenced lock's token counter (protocol §7: `GET`, a missing key reads as 0).
+    pub(crate) async fn current_fence_token(&self) -> Result<u64> {
+        self.check_name()?;
+        self.engine.check_open()?;
+        let counter = self.keys.fence_token();
+        let token: Option<i64> = self
+            .engine
+            .redis
+            .get(&counter)
+            .await
+            .map_err(|e| map_redis_error(e, &counter))?;
+        Ok(token.unwrap_or(0).max(0) as u64)
+    }
+
+    /// The Redis key of the lock hash (the name after the client's prefix).
+    pub(crate) fn raw_key(&self) -> &str {
+        &self.keys.raw
+    }
+
+    /// The server this handle's client talks to, for ordering multi-lock members.
+    pub(crate) fn server(&self) -> &str {
+        &self.engine.server
+    }
+
+    pub(crate) async fn acquire(&self, owner: &LockOwner, wait: Wait) -> Result<Option<LockGuard>> {
         self.check_name()?;
         self.engine.check_open()?;
         let lease_ms = self.lease.millis(&self.engine)?;
@@ -301,15 +405,21 @@ impl Lock {
             Wait::Forever => None,
         };
         let channel = self.wait_channel(owner);
+        let wake = match self.wait {
+            WaitStrategy::PubSub => Wake::Messages(&channel),
+            WaitStrategy::Spin(backoff) => Wake::Spin(backoff),
+        };
         match self.kind {
-            Kind::Reentrant => acquire::acquire(&self.engine, &channel, deadline, attempt).await,
+            Kind::Reentrant | Kind::Read | Kind::Write | Kind::Fenced | Kind::Spin => {
+                acquire::acquire(&self.engine, wake, deadline, attempt).await
+            }
             Kind::Fair => {
                 // Queued from the first attempt on: whatever ends the wait without the lock
                 // (deadline, error, drop) takes the waiter out of the queue at once.
                 let exit = QueueExit::arm(self.clone(), owner.clone(), self.fair_wait_ms(wait));
                 let pace = &Pace::new();
                 let attempt = move || pace.paced(attempt());
-                match acquire::acquire(&self.engine, &channel, deadline, attempt).await {
+                match acquire::acquire(&self.engine, wake, deadline, attempt).await {
                     Ok(Some(guard)) => {
                         exit.disarm();
                         Ok(Some(guard))
@@ -337,20 +447,48 @@ impl Lock {
         let Call { script, keys, args } = self.acquire_call(owner, lease_ms, wait);
         let call = self.engine.scripts.run(script, keys, args);
         let raw = self.keys.raw.clone();
+        let upgrade = (self.kind == Kind::Write).then(|| (self.name.clone(), owner.clone()));
+        let refusal = self
+            .refuse_reentry
+            .then(|| (self.name.clone(), owner.clone()));
+        let fenced = self.kind == Kind::Fenced;
         let in_flight = InFlight::new(
             Box::pin(async move {
-                let reply = call.await.map_err(|e| map_redis_error(e, &raw))?;
-                Ok(Attempt::from_pttl(nil_or_int(script, reply)?, ()))
+                let reply = call.await.map_err(|e| match &refusal {
+                    Some((name, owner)) if e.details().contains(NON_REENTRANT_REACQUIRE) => {
+                        Error::WouldDeadlock(
+                            format!(
+                                "{owner} already holds non-reentrant lock {name:?}; \
+                                 taking it again would wait for itself"
+                            )
+                            .into(),
+                        )
+                    }
+                    _ => map_redis_error(e, &raw),
+                })?;
+                if fenced {
+                    return read_fenced_reply(script, reply);
+                }
+                match (nil_or_int(script, reply)?, upgrade) {
+                    (Some(UPGRADE_REFUSED), Some((name, owner))) => Err(Error::WouldDeadlock(
+                        format!(
+                            "{owner} holds read-write lock {name:?} for reading only; \
+                             upgrading to write is refused, as it would wait for itself"
+                        )
+                        .into(),
+                    )),
+                    (reply, _) => Ok(Attempt::from_pttl(reply, None)),
+                }
             }),
             {
                 let (lock, owner) = (self.clone(), owner.clone());
-                move |()| Box::pin(async move { drop(lock.release(&owner, lease_ms).await) })
+                move |_token| Box::pin(async move { drop(lock.release(&owner, lease_ms).await) })
             },
         );
         let (lock, owner) = (self.clone(), owner.clone());
         async move {
             Ok(match in_flight.await? {
-                Attempt::Acquired(()) => Attempt::Acquired(lock.guard(owner, sent_at)),
+                Attempt::Acquired(token) => Attempt::Acquired(lock.guard(owner, sent_at, token)),
                 Attempt::Busy { ttl } => Attempt::Busy { ttl },
             })
         }
@@ -359,17 +497,25 @@ impl Lock {
     /// The channel a waiter of `owner` listens on.
     fn wait_channel(&self, owner: &LockOwner) -> Arc<str> {
         match self.kind {
-            Kind::Reentrant => self.keys.channel.clone(),
+            // A spin lock's waiters never subscribe (its releases publish nothing); a
+            // `Lock` switched to spinning has the channel but does not use it either.
+            Kind::Reentrant | Kind::Fenced | Kind::Spin => self.keys.channel.clone(),
             Kind::Fair => self.keys.fair_waiter_channel(owner.field()).into(),
+            Kind::Read | Kind::Write => self.keys.rw_channel().into(),
         }
     }
 
     /// The acquire script of this kind for one attempt of a wait of kind `wait`.
     fn acquire_call(&self, owner: &LockOwner, lease_ms: i64, wait: Wait) -> Call {
         match self.kind {
-            Kind::Reentrant => Call {
+            Kind::Reentrant | Kind::Spin => Call {
                 script: &LOCK_ACQUIRE,
                 keys: vec![key(&self.keys.raw)],
+                args: self.with_refusal(vec![Value::from(lease_ms), Value::from(&**owner.field())]),
+            },
+            Kind::Fenced => Call {
+                script: &FENCED_ACQUIRE,
+                keys: vec![key(&self.keys.raw), key(&self.keys.fence_token())],
                 args: vec![Value::from(lease_ms), Value::from(&**owner.field())],
             },
             Kind::Fair => {
@@ -387,16 +533,47 @@ impl Lock {
                     Wait::Once => Call {
                         script: &FAIR_TRY_ACQUIRE,
                         keys,
-                        args: vec![lease, owner, now, wait_ms],
+                        args: self.with_refusal(vec![lease, owner, now, wait_ms]),
                     },
                     Wait::Until(..) | Wait::Forever => Call {
                         script: &FAIR_ACQUIRE,
                         keys,
-                        args: vec![lease, owner, wait_ms, now],
+                        args: self.with_refusal(vec![lease, owner, wait_ms, now]),
                     },
                 }
             }
+            Kind::Read => Call {
+                script: &READ_ACQUIRE,
+                keys: vec![
+                    key(&self.keys.raw),
+                    key(&self.keys.read_timeout_prefix(owner.field())),
+                ],
+                args: vec![
+                    Value::from(lease_ms),
+                    Value::from(&*self.field(owner)),
+                    Value::from(keys::write_field(owner.field())),
+                ],
+            },
+            // The read field lets the script refuse an upgrade (UPGRADE_REFUSED).
+            Kind::Write => Call {
+                script: &WRITE_ACQUIRE,
+                keys: vec![key(&self.keys.raw)],
+                args: vec![
+                    Value::from(lease_ms),
+                    Value::from(&*self.field(owner)),
+                    Value::from(&**owner.field()),
+                ],
+            },
         }
+    }
+
+    /// `args` of a reentrant or fair acquire, plus the error a non-reentrant variant makes
+    /// the script reply to a re-entry (protocol §8.2, §8.3).
+    fn with_refusal(&self, mut args: Vec<Value>) -> Vec<Value> {
+        if self.refuse_reentry {
+            args.push(Value::from(NON_REENTRANT_REACQUIRE));
+        }
+        args
     }
 
     /// A fair waiter's wait in the queue (protocol §4.1): the caller's limit for a timed
@@ -436,7 +613,16 @@ impl Lock {
     fn release_call(&self, owner: &LockOwner, lease_ms: i64, latch: &str) -> Call {
         let latch_ttl = Value::from(crate::watchdog::millis(self.engine.latch_ttl()));
         match self.kind {
-            Kind::Reentrant => Call {
+            Kind::Spin => Call {
+                script: &SPIN_RELEASE,
+                keys: vec![key(&self.keys.raw), key(latch)],
+                args: vec![
+                    Value::from(lease_ms),
+                    Value::from(&**owner.field()),
+                    latch_ttl,
+                ],
+            },
+            Kind::Reentrant | Kind::Fenced => Call {
                 script: &LOCK_RELEASE,
                 keys: vec![key(&self.keys.raw), key(&self.keys.channel), key(latch)],
                 args: vec![
@@ -465,13 +651,50 @@ impl Lock {
                     latch_ttl,
                 ],
             },
+            // A read release ignores the lease: the TTL shrinks to the longest live reader's.
+            Kind::Read => Call {
+                script: &READ_RELEASE,
+                keys: vec![
+                    key(&self.keys.raw),
+                    key(&self.keys.rw_channel()),
+                    key(&self.keys.read_timeout_prefix(owner.field())),
+                    key(&self.keys.read_key_prefix()),
+                    key(latch),
+                ],
+                args: vec![
+                    Value::from(UNLOCK_MESSAGE),
+                    Value::from(&*self.field(owner)),
+                    Value::from(self.engine.publish_command()),
+                    latch_ttl,
+                ],
+            },
+            Kind::Write => Call {
+                script: &WRITE_RELEASE,
+                keys: vec![
+                    key(&self.keys.raw),
+                    key(&self.keys.rw_channel()),
+                    key(latch),
+                ],
+                args: vec![
+                    Value::from(READ_UNLOCK_MESSAGE),
+                    Value::from(lease_ms),
+                    Value::from(&*self.field(owner)),
+                    Value::from(self.engine.publish_command()),
+                    latch_ttl,
+                ],
+            },
         }
     }
 
     /// The script that frees the lock whoever holds it.
     fn force_release_call(&self) -> Call {
         match self.kind {
-            Kind::Reentrant => Call {
+            Kind::Spin => Call {
+                script: &SPIN_FORCE_RELEASE,
+                keys: vec![key(&self.keys.raw)],
+                args: Vec::new(),
+            },
+            Kind::Reentrant | Kind::Fenced => Call {
                 script: &LOCK_FORCE_RELEASE,
                 keys: vec![key(&self.keys.raw), key(&self.keys.channel)],
                 args: vec![
@@ -493,16 +716,33 @@ impl Lock {
                     Value::from(self.engine.publish_command()),
                 ],
             },
+            Kind::Read | Kind::Write => Call {
+                script: if self.kind == Kind::Read {
+                    &READ_FORCE_RELEASE
+                } else {
+                    &WRITE_FORCE_RELEASE
+                },
+                keys: vec![key(&self.keys.raw), key(&self.keys.rw_channel())],
+                args: vec![
+                    Value::from(if self.kind == Kind::Read {
+                        UNLOCK_MESSAGE
+                    } else {
+                        READ_UNLOCK_MESSAGE
+                    }),
+                    Value::from(self.engine.publish_command()),
+                ],
+            },
         }
     }
 
-    fn guard(self, owner: LockOwner, sent_at: Instant) -> LockGuard {
+    fn guard(self, owner: LockOwner, sent_at: Instant, token: Option<u64>) -> LockGuard {
         let renewal = Renewal::start(&self.engine, self.lease, self.hold_key(&owner), sent_at);
         LockGuard {
             lock: self,
             owner,
             renewal,
             active: true,
+            token,
         }
     }
 
@@ -536,9 +776,28 @@ impl Lock {
     }
 
     fn hold_key(&self, owner: &LockOwner) -> HoldKey {
+        let renew = match self.kind {
+            Kind::Reentrant | Kind::Fair | Kind::Write | Kind::Fenced | Kind::Spin => Renew::Field,
+            Kind::Read => Renew::Reader {
+                key_prefix: self.keys.read_key_prefix().into(),
+            },
+        };
         HoldKey {
             key: self.keys.raw.clone(),
-            field: owner.field().clone(),
+            field: self.field(owner),
+            renew,
+        }
+    }
+
+    /// The hash field of `owner`'s holds of this kind: the owner's own field, or
+    /// `<owner>:write` for a write hold (protocol §5.1). Every script and query of a hold
+    /// names it through here.
+    fn field(&self, owner: &LockOwner) -> Arc<str> {
+        match self.kind {
+            Kind::Reentrant | Kind::Fair | Kind::Read | Kind::Fenced | Kind::Spin => {
+                owner.field().clone()
+            }
+            Kind::Write => keys::write_field(owner.field()).into(),
         }
     }
 
@@ -596,6 +855,10 @@ pub struct LockGuard {
     owner: LockOwner,
     renewal: Renewal,
     active: bool,
+    /// The fencing token of a fenced hold, on its way to the [`FencedGuard`].
+    ///
+    /// [`FencedGuard`]: crate::FencedGuard
+    token: Option<u64>,
 }
 
 impl LockGuard {
@@ -657,6 +920,11 @@ impl LockGuard {
     /// Whether [`lease_lost`](LockGuard::lease_lost) has completed.
     pub fn is_lease_lost(&self) -> bool {
         self.renewal.is_lost()
+    }
+
+    /// The fencing token this hold was taken with; `Some` exactly for fenced holds.
+    pub(crate) fn fence_token(&self) -> Option<u64> {
+        self.token
     }
 }
 

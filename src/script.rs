@@ -44,6 +44,17 @@ scripts! {
     FAIR_ACQUIRE_FAILED => "fair_acquire_failed",
     FAIR_RELEASE => "fair_release",
     FAIR_FORCE_RELEASE => "fair_force_release",
+    FENCED_ACQUIRE => "fenced_acquire",
+    SPIN_RELEASE => "spin_release",
+    SPIN_FORCE_RELEASE => "spin_force_release",
+    READ_ACQUIRE => "read_acquire",
+    READ_RELEASE => "read_release",
+    READ_FORCE_RELEASE => "read_force_release",
+    READ_RENEW_BATCH => "read_renew_batch",
+    READ_LOCKED => "read_locked",
+    WRITE_ACQUIRE => "write_acquire",
+    WRITE_RELEASE => "write_release",
+    WRITE_FORCE_RELEASE => "write_force_release",
 }
 
 #[cfg(test)]

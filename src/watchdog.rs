@@ -2,10 +2,12 @@
 //! alive (protocol §3.7), and tells the holders when a hold is lost.
 //!
 //! Every `watchdog_timeout / 3` the task renews all registered holds with one script per
-//! batch of at most 100 holds of the same cluster slot. A hold whose field is gone (expired,
-//! force-unlocked, or the data was lost) is dropped from the registry and its guards'
-//! `lease_lost()` fires; so does a hold that could not be renewed before its lease ran out.
-//! Transient errors are retried on the next tick, sooner when a lease is close to its end.
+//! batch of at most 100 holds of the same cluster slot and the same [`Renew`] kind: plain
+//! holds by their field, read-write readers also by their timeout keys (protocol §5.6). A
+//! hold whose field is gone (expired, force-unlocked, or the data was lost) is dropped from
+//! the registry and its guards' `lease_lost()` fires; so does a hold that could not be
+//! renewed before its lease ran out. Transient errors are retried on the next tick, sooner
+//! when a lease is close to its end.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -19,16 +21,29 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 use crate::engine::ScriptRunner;
-use crate::script::RENEW_BATCH;
+use crate::script::{Script, READ_RENEW_BATCH, RENEW_BATCH};
 
 /// At most this many holds are renewed by one script call (Redisson's default batch size).
 const BATCH_SIZE: usize = 100;
 
-/// Identifies one hold: a lock key and the field that holds it.
+/// Identifies one hold: a lock key and the field that holds it, and how it is renewed.
 #[derive(Clone, PartialEq, Eq, Hash, Debug)]
 pub(crate) struct HoldKey {
     pub(crate) key: Arc<str>,
     pub(crate) field: Arc<str>,
+    pub(crate) renew: Renew,
+}
+
+/// How the watchdog renews a hold.
+#[derive(Clone, PartialEq, Eq, Hash, Debug)]
+pub(crate) enum Renew {
+    /// The key's TTL, while the hash has the hold's field (`renew_batch.lua`, protocol
+    /// §3.7): reentrant, fair and write holds.
+    Field,
+    /// A read-write lock's reader (`read_renew_batch.lua`, protocol §5.6): the key's TTL and
+    /// the reader's own timeout keys `<key_prefix>:<field>:rwlock_timeout:<n>`, which other
+    /// clients' read unlocks check to tell live readers from dead ones.
+    Reader { key_prefix: Arc<str> },
 }
 
 /// A guard's registration; hand it back with [`Watchdog::deregister`].
@@ -224,22 +239,21 @@ impl Watchdog {
     /// than a full period when a renewal failed and a lease is about to run out).
     async fn renew_all(&self, runner: &ScriptRunner) -> Instant {
         let now = Instant::now();
-        let mut batches: HashMap<u16, Vec<(HoldKey, u64)>> = HashMap::new();
+        // One group per slot and renewal kind: each kind has its own script.
+        let mut batches: HashMap<(u16, bool), Vec<(HoldKey, u64)>> = HashMap::new();
         for (hold, entry) in self.registry.lock().holds.iter() {
+            let reader = matches!(hold.renew, Renew::Reader { .. });
             batches
-                .entry(entry.slot)
+                .entry((entry.slot, reader))
                 .or_default()
                 .push((hold.clone(), entry.id));
         }
         let mut calls = JoinSet::new();
-        for (_, holds) in batches {
+        for ((_, reader), holds) in batches {
             for chunk in holds.chunks(BATCH_SIZE) {
                 let chunk = chunk.to_vec();
-                let keys: Vec<Value> = chunk.iter().map(|(h, _)| Value::from(&*h.key)).collect();
-                let mut args = Vec::with_capacity(chunk.len() + 1);
-                args.push(Value::from(millis(self.timeout)));
-                args.extend(chunk.iter().map(|(h, _)| Value::from(&*h.field)));
-                let call = runner.run(&RENEW_BATCH, keys, args);
+                let (script, keys, args) = self.renewal_call(&chunk, reader);
+                let call = runner.run(script, keys, args);
                 calls.spawn(async move { (chunk, call.await) });
             }
         }
@@ -292,6 +306,37 @@ impl Watchdog {
             }
         }
         next_due
+    }
+
+    /// The script renewing one chunk of holds of one kind; its reply has one flag per hold.
+    fn renewal_call(
+        &self,
+        chunk: &[(HoldKey, u64)],
+        reader: bool,
+    ) -> (&'static Script, Vec<Value>, Vec<Value>) {
+        let ttl = Value::from(millis(self.timeout));
+        if !reader {
+            let keys = chunk.iter().map(|(h, _)| Value::from(&*h.key)).collect();
+            let mut args = Vec::with_capacity(chunk.len() + 1);
+            args.push(ttl);
+            args.extend(chunk.iter().map(|(h, _)| Value::from(&*h.field)));
+            return (&RENEW_BATCH, keys, args);
+        }
+        // One (key, key prefix) pair per hold, each listing one reader: the reply then tells
+        // every hold apart, even two readers of this client on the same lock.
+        let mut keys = Vec::with_capacity(chunk.len() * 2);
+        let mut args = Vec::with_capacity(chunk.len() * 2 + 1);
+        args.push(ttl);
+        for (hold, _) in chunk {
+            let Renew::Reader { key_prefix } = &hold.renew else {
+                unreachable!("chunks are grouped by renewal kind")
+            };
+            keys.push(Value::from(&*hold.key));
+            keys.push(Value::from(&**key_prefix));
+            args.push(Value::from(1_i64));
+            args.push(Value::from(&*hold.field));
+        }
+        (&READ_RENEW_BATCH, keys, args)
     }
 }
 

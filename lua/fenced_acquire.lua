@@ -1,0 +1,24 @@
+-- Fenced acquire (RFencedLock): the reentrant acquire plus a fencing token taken in the
+-- same step. Redisson protocol §7.
+--
+-- KEYS[1]  lock hash <raw>
+-- KEYS[2]  token counter redisson_lock_token:{<raw>} (a plain integer string, no TTL)
+-- ARGV[1]  lease in ms (the fixed lease, or the watchdog timeout)
+-- ARGV[2]  owner field <client uuid>:<owner id>
+--
+-- Reply: {1, token} when the hold was taken or re-entered: the counter was incremented
+--        (every acquisition, re-entries included, gets a new, larger token) and the TTL set
+--        to the lease. Otherwise {0, PTTL of the current holder} (-1 when the key has no
+--        TTL), and nothing was written.
+-- This reply is this crate's own (Java reads {-1, token} / {PTTL, -1}, which cannot tell a
+-- holder without TTL from a success); the data written is Java's. The counter is never
+-- reset or deleted here or by any release.
+local key, counter = KEYS[1], KEYS[2]
+local lease, owner = ARGV[1], ARGV[2]
+if redis.call('exists', key) == 0 or redis.call('hexists', key, owner) == 1 then
+    local token = redis.call('incr', counter)
+    redis.call('hincrby', key, owner, 1)
+    redis.call('pexpire', key, lease)
+    return {1, token}
+end
+return {0, redis.call('pttl', key)}

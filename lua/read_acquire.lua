@@ -1,0 +1,33 @@
+-- Read acquire (RReadWriteLock's read side). Redisson protocol §5.2.
+--
+-- KEYS[1]  lock hash <raw> (field mode = read|write, one count field per holder)
+-- KEYS[2]  this reader's timeout prefix {<raw>}:<owner field>:rwlock_timeout; hold #n keeps
+--          the string <prefix>:<n> = "1" with PX = that hold's lease
+-- ARGV[1]  lease in ms (the fixed lease, or the watchdog timeout)
+-- ARGV[2]  owner field <client uuid>:<owner id>
+-- ARGV[3]  the same owner's write field <client uuid>:<owner id>:write
+--
+-- Reply: nil when the read hold was taken or re-entered; otherwise the integer PTTL of the
+--        lock (-1 when the key has no TTL) and nothing was written.
+-- A read hold is granted when the lock is free, in read mode (readers never queue behind
+-- waiting writers), or in write mode held by this same owner (downgrade; mode stays write).
+-- The hash TTL becomes the larger of its current TTL and the lease, never shorter.
+local key, timeout_prefix = KEYS[1], KEYS[2]
+local lease, owner, write_owner = ARGV[1], ARGV[2], ARGV[3]
+
+local mode = redis.call('hget', key, 'mode')
+if not mode then
+    redis.call('hset', key, 'mode', 'read')
+    redis.call('hset', key, owner, 1)
+    redis.call('set', timeout_prefix .. ':1', 1, 'px', lease)
+    redis.call('pexpire', key, lease)
+    return nil
+end
+if mode == 'read' or (mode == 'write' and redis.call('hexists', key, write_owner) == 1) then
+    local n = redis.call('hincrby', key, owner, 1)
+    redis.call('set', timeout_prefix .. ':' .. n, 1, 'px', lease)
+    local remaining = redis.call('pttl', key)
+    redis.call('pexpire', key, math.max(remaining, tonumber(lease)))
+    return nil
+end
+return redis.call('pttl', key)

@@ -1,0 +1,35 @@
+-- Write acquire (RReadWriteLock's write side). Redisson protocol §5.4, plus an upgrade check.
+--
+-- KEYS[1]  lock hash <raw> (field mode = read|write, one count field per holder)
+-- ARGV[1]  lease in ms (the fixed lease, or the watchdog timeout)
+-- ARGV[2]  the owner's write field <client uuid>:<owner id>:write
+-- ARGV[3]  the owner's read field <client uuid>:<owner id>
+--
+-- Reply: nil when the write hold was taken (the TTL is set to the lease) or re-entered (the
+--        lease is ADDED to the remaining TTL, as Java does); -3 when the owner holds read
+--        holds but no write hold (upgrade refused; nothing was written); otherwise the
+--        integer PTTL of the lock (-1 when the key has no TTL), and nothing was written.
+--
+-- Deliberate difference from Java (ARGV[3] exists for it): Java answers an owner that holds
+-- only read holds with the PTTL, so its lock() waits for itself forever. Here that case is
+-- told apart by -3, which no PTTL can be, and the caller fails at once. Writing nothing,
+-- it is invisible to other clients.
+local key, lease, write_owner, read_owner = KEYS[1], ARGV[1], ARGV[2], ARGV[3]
+
+local mode = redis.call('hget', key, 'mode')
+if not mode then
+    redis.call('hset', key, 'mode', 'write')
+    redis.call('hset', key, write_owner, 1)
+    redis.call('pexpire', key, lease)
+    return nil
+end
+if mode == 'write' and redis.call('hexists', key, write_owner) == 1 then
+    redis.call('hincrby', key, write_owner, 1)
+    local remaining = redis.call('pttl', key)
+    redis.call('pexpire', key, remaining + tonumber(lease))
+    return nil
+end
+if redis.call('hexists', key, read_owner) == 1 then
+    return -3
+end
+return redis.call('pttl', key)

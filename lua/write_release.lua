@@ -1,0 +1,59 @@
+-- Release one write hold, with Redisson's unlock latch. Redisson protocol §5.5 (3.44.0+).
+--
+-- KEYS[1]  lock hash <raw>
+-- KEYS[2]  channel redisson_rwlock:{<raw>}
+-- KEYS[3]  unlock latch redisson_unlock_latch:{<raw>}:<request id>
+-- ARGV[1]  write unlock message, always "1" (wakes every waiter of each client)
+-- ARGV[2]  lease in ms that a partial release resets the TTL to
+-- ARGV[3]  the owner's write field <client uuid>:<owner id>:write
+-- ARGV[4]  publish command, PUBLISH or SPUBLISH
+-- ARGV[5]  latch TTL in ms
+--
+-- Reply: nil when the owner holds no write hold; 0 when write holds remain (re-entered; the
+--        TTL is reset to the lease); 1 when the last write hold was released: the lock was
+--        deleted and the message published, or, when the owner still has read holds
+--        (downgrade), the mode became read.
+-- A retry with the same request id replays the first reply from the latch.
+--
+-- Deliberate differences from Java:
+-- * On a downgrade Java publishes nothing, so readers waiting behind the writer only look
+--   again when their timer fires (the writer's TTL, renewed for as long as it holds a
+--   watchdog lease). Here the message is published then too. To Java waiters it is an
+--   ordinary write-unlock message: at worst one more attempt.
+-- * When the lock has no mode at all (expired or force-unlocked) Java publishes, writes the
+--   latch "1" and replies nil; here the latch holds "none", which replays as nil.
+local key, channel, latch = KEYS[1], KEYS[2], KEYS[3]
+local message, lease, write_owner, publish, latch_ttl = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
+local NOT_HELD = 'none'
+
+local replayed = redis.call('get', latch)
+if replayed then
+    if replayed == NOT_HELD then
+        return nil
+    end
+    return tonumber(replayed)
+end
+
+local mode = redis.call('hget', key, 'mode')
+if not mode then
+    redis.call(publish, channel, message)
+    redis.call('set', latch, NOT_HELD, 'px', latch_ttl)
+    return nil
+end
+if mode ~= 'write' or redis.call('hexists', key, write_owner) == 0 then
+    return nil
+end
+if redis.call('hincrby', key, write_owner, -1) > 0 then
+    redis.call('pexpire', key, lease)
+    redis.call('set', latch, 0, 'px', latch_ttl)
+    return 0
+end
+redis.call('hdel', key, write_owner)
+if redis.call('hlen', key) == 1 then
+    redis.call('del', key)
+else
+    redis.call('hset', key, 'mode', 'read')
+end
+redis.call(publish, channel, message)
+redis.call('set', latch, 1, 'px', latch_ttl)
+return 1

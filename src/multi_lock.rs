@@ -1,0 +1,595 @@
+//! Multi-locks: several locks, possibly on different Redis servers, taken as one
+//! (protocol §6). [`MultiLock`] needs every member; [`RedLock`] a majority.
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+
+use crate::error::{Error, Result};
+use crate::guard::Lease;
+use crate::lock::{Lock, LockGuard, Wait};
+use crate::{FairLock, FencedLock, LockOwner, ReadWriteLock};
+
+/// One lock of a multi-lock: a plain, fair or fenced lock, or the write side of a read-write
+/// lock, from any [`LockClient`](crate::LockClient).
+#[derive(Clone)]
+pub struct MultiMember(Lock);
+
+impl MultiMember {
+    /// The write side of a read-write lock (Redisson's multi-lock over a `writeLock()`).
+    pub fn write_side(lock: &ReadWriteLock) -> MultiMember {
+        MultiMember(lock.write_lock().clone())
+    }
+}
+
+impl From<Lock> for MultiMember {
+    fn from(lock: Lock) -> Self {
+        MultiMember(lock)
+    }
+}
+
+impl From<&Lock> for MultiMember {
+    fn from(lock: &Lock) -> Self {
+        MultiMember(lock.clone())
+    }
+}
+
+impl From<FairLock> for MultiMember {
+    fn from(lock: FairLock) -> Self {
+        MultiMember(lock.into_lock())
+    }
+}
+
+impl From<FencedLock> for MultiMember {
+    fn from(lock: FencedLock) -> Self {
+        MultiMember(lock.into_lock())
+    }
+}
+
+impl fmt::Debug for MultiMember {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("MultiMember").field(&self.0.name()).finish()
+    }
+}
+
+/// How many members a multi-lock needs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Quorum {
+    All,
+    Majority,
+}
+
+/// Several locks taken as one, all or nothing: Redisson's `RedissonMultiLock`.
+///
+/// The members may live on different Redis servers and be of different kinds. They are
+/// taken one after the other, in a fixed order (by server, then by name, whatever order
+/// they were given in), so two multi-locks over overlapping sets always contend for their
+/// shared members in the same order. If a member cannot be had within the wait, the members
+/// already taken are released and the attempt starts again from the first member, as long as
+/// the wait allows.
+///
+/// The members keep their own protocol on the wire: a Java client sees each hold as an
+/// ordinary hold of that lock.
+#[derive(Clone)]
+pub struct MultiLock {
+    members: Vec<Lock>,
+    lease: Lease,
+    quorum: Quorum,
+}
+
+/// A majority of independent locks: Redisson's deprecated `RedissonRedLock`, after the
+/// Redlock algorithm.
+///
+/// The members should live on independent Redis servers. A hold needs `n / 2 + 1` of them;
+/// each member gets at most `max(remaining wait / n, 1 ms)`; with a fixed lease, the hold is
+/// valid for the lease minus the time acquiring took and a clock-drift allowance
+/// (1% of the lease plus 2 ms), and is given up when nothing of it is left.
+///
+/// # Why it is deprecated
+/// Redisson deprecates RedLock, and so do we: it assumes that the servers' clocks run at the
+/// same rate and that a paused process notices its lease ran out, and it gives the protected
+/// resource no way to tell a stale holder from the current one. Where correctness matters,
+/// use a [`FencedLock`] and have the resource check its token.
+#[derive(Clone)]
+pub struct RedLock {
+    inner: MultiLock,
+}
+
+impl MultiLock {
+    /// A multi-lock over `members`.
+    pub fn new(members: impl IntoIterator<Item = impl Into<MultiMember>>) -> MultiLock {
+        MultiLock::with_quorum(members, Quorum::All)
+    }
+
+    fn with_quorum(
+        members: impl IntoIterator<Item = impl Into<MultiMember>>,
+        quorum: Quorum,
+    ) -> MultiLock {
+        let mut members: Vec<Lock> = members.into_iter().map(|m| m.into().0).collect();
+        members.sort_by(|a, b| (a.server(), a.raw_key()).cmp(&(b.server(), b.raw_key())));
+        MultiLock {
+            members,
+            lease: Lease::Watchdog,
+            quorum,
+        }
+    }
+
+    /// The same multi-lock with another lease for the holds it takes (each member's lease).
+    pub fn with_lease(mut self, lease: Lease) -> MultiLock {
+        self.lease = lease;
+        self
+    }
+
+    /// The members' names, in the order they are taken.
+    pub fn names(&self) -> Vec<&str> {
+        self.members.iter().map(|m| m.name()).collect()
+    }
+
+    /// Takes every member for `owner`, waiting as long as it takes.
+    ///
+    /// Like Redisson's `lock()`, this repeats bounded attempts: each waits up to 1.5 s per
+    /// member (with the watchdog lease), or a random part of a fixed lease.
+    ///
+    /// # Cancel safety
+    /// Cancel-safe: dropping the future releases the members taken so far (in the
+    /// background), and a member taken by a script already on the wire is released when its
+    /// reply arrives.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for an empty multi-lock, an empty member name or a bad
+    /// lease; [`Error::Closed`] once a member's client was shut down. A member that cannot be
+    /// reached counts as not acquired (the attempt is repeated), as in Redisson.
+    pub fn lock(
+        &self,
+        owner: &LockOwner,
+    ) -> impl Future<Output = Result<MultiLockGuard>> + Send + 'static {
+        let (multi, owner) = (self.clone(), owner.clone());
+        async move {
+            loop {
+                let wait = multi.attempt_wait();
+                if let Some(guard) = multi.acquire(&owner, wait).await? {
+                    return Ok(guard);
+                }
+            }
+        }
+    }
+
+    /// One pass over the members without waiting on any. `Ok(None)` when one is busy (the
+    /// members taken are released).
+    ///
+    /// # Cancel safety
+    /// As [`lock`](MultiLock::lock).
+    ///
+    /// # Errors
+    /// As [`lock`](MultiLock::lock).
+    pub fn try_lock(
+        &self,
+        owner: &LockOwner,
+    ) -> impl Future<Output = Result<Option<MultiLockGuard>>> + Send + 'static {
+        let (multi, owner) = (self.clone(), owner.clone());
+        async move { multi.acquire(&owner, Duration::ZERO).await }
+    }
+
+    /// Takes every member for `owner` within `wait`; `Ok(None)` when the wait ran out (the
+    /// members taken are released).
+    ///
+    /// # Cancel safety
+    /// As [`lock`](MultiLock::lock).
+    ///
+    /// # Errors
+    /// As [`lock`](MultiLock::lock); also [`Error::InvalidArgument`] when `wait` is too
+    /// long to represent.
+    pub fn try_lock_for(
+        &self,
+        owner: &LockOwner,
+        wait: Duration,
+    ) -> impl Future<Output = Result<Option<MultiLockGuard>>> + Send + 'static {
+        let (multi, owner) = (self.clone(), owner.clone());
+        async move { multi.acquire(&owner, wait).await }
+    }
+
+    /// Whether `owner` holds every member (a majority, for a [`RedLock`]).
+    ///
+    /// # Errors
+    /// [`Error::Redis`] when a member's server cannot be reached.
+    pub async fn is_held_by(&self, owner: &LockOwner) -> Result<bool> {
+        let mut held = 0;
+        for member in &self.members {
+            if member.is_held_by(owner).await? {
+                held += 1;
+            }
+        }
+        Ok(held >= self.needed())
+    }
+
+    fn needed(&self) -> usize {
+        match self.quorum {
+            Quorum::All => self.members.len(),
+            Quorum::Majority => self.members.len() / 2 + 1,
+        }
+    }
+
+    /// The wait of one bounded attempt of `lock()` (Redisson's choice).
+    fn attempt_wait(&self) -> Duration {
+        let base = Duration::from_millis(1500) * self.members.len() as u32;
+        match self.lease {
+            Lease::Watchdog => base,
+            Lease::Fixed(lease) if lease <= base => between(lease / 2, lease),
+            Lease::Fixed(lease) => between(base, lease),
+        }
+    }
+
+    /// Redisson's acquisition (protocol §6.1): members in order, each with a bounded wait; a
+    /// failure beyond the quorum's allowance releases what was taken and starts over while
+    /// the wait lasts. A zero `wait` makes one pass.
+    async fn acquire(&self, owner: &LockOwner, wait: Duration) -> Result<Option<MultiLockGuard>> {
+        let n = self.members.len();
+        if n == 0 {
+            return Err(Error::invalid("a multi-lock needs at least one member"));
+        }
+        let allowed_failures = n - self.needed();
+        let start = Instant::now();
+        let deadline = if wait.is_zero() {
+            None
+        } else {
+            Some(crate::acquire::deadline_after(wait)?)
+        };
+        loop {
+            let mut taken: Vec<LockGuard> = Vec::with_capacity(n);
+            let mut failures_left = allowed_failures;
+            let mut round_failed = false;
+            for member in &self.members {
+                let member = member.clone().with_lease(self.lease);
+                let outcome = match deadline {
+                    None => bounded(member.acquire(owner, Wait::Once), None).await,
+                    Some(deadline) => {
+                        let remaining = deadline.saturating_duration_since(Instant::now());
+                        let member_wait = match self.quorum {
+                            Quorum::All => remaining,
+                            Quorum::Majority => {
+                                (remaining / n as u32).max(Duration::from_millis(1))
+                            }
+                        }
+                        .min(remaining);
+                        let limit = Wait::from_limit(member_wait)?;
+                        bounded(member.acquire(owner, limit), Some(member_wait)).await
+                    }
+                };
+                match outcome {
+                    Ok(Some(guard)) => taken.push(guard),
+                    Ok(None) | Err(Failure::Unreachable) => {
+                        // Redisson's `n - acquired == failedLocksLimit`: the quorum is
+                        // already held, the rest are not needed.
+                        if taken.len() >= self.needed() {
+                            break;
+                        }
+                        if failures_left == 0 {
+                            round_failed = true;
+                            break;
+                        }
+                        failures_left -= 1;
+                    }
+                    Err(Failure::Fatal(error)) => {
+                        release_all(taken).await;
+                        return Err(error);
+                    }
+                }
+                if deadline.is_some_and(|d| Instant::now() >= d) && taken.len() < self.needed() {
+                    round_failed = true;
+                    break;
+                }
+            }
+            if !round_failed && taken.len() >= self.needed() {
+                let validity = match self.lease {
+                    Lease::Watchdog => None,
+                    Lease::Fixed(lease) => {
+                        let drift = lease / 100 + Duration::from_millis(2);
+                        match lease.checked_sub(start.elapsed() + drift) {
+                            Some(left) if !left.is_zero() => Some(Instant::now() + left),
+                            _ => None,
+                        }
+                    }
+                };
+                if matches!(self.lease, Lease::Watchdog) || validity.is_some() {
+                    return Ok(Some(MultiLockGuard {
+                        guards: taken,
+                        needed: self.needed(),
+                        valid_until: validity,
+                    }));
+                }
+            }
+            release_all(taken).await;
+            match deadline {
+                Some(deadline) if Instant::now() < deadline => continue,
+                _ => return Ok(None),
+            }
+        }
+    }
+}
+
+impl RedLock {
+    /// A RedLock over `members`, which should live on independent servers.
+    pub fn new(members: impl IntoIterator<Item = impl Into<MultiMember>>) -> RedLock {
+        RedLock {
+            inner: MultiLock::with_quorum(members, Quorum::Majority),
+        }
+    }
+
+    /// The same RedLock with another lease for the holds it takes.
+    pub fn with_lease(self, lease: Lease) -> RedLock {
+        RedLock {
+            inner: self.inner.with_lease(lease),
+        }
+    }
+
+    /// The members' names, in the order they are taken.
+    pub fn names(&self) -> Vec<&str> {
+        self.inner.names()
+    }
+
+    /// Takes a majority of the members, waiting as long as it takes.
+    ///
+    /// # Cancel safety
+    /// As [`MultiLock::lock`].
+    ///
+    /// # Errors
+    /// As [`MultiLock::lock`]. Unreachable servers count as members not acquired.
+    pub fn lock(
+        &self,
+        owner: &LockOwner,
+    ) -> impl Future<Output = Result<MultiLockGuard>> + Send + 'static {
+        self.inner.lock(owner)
+    }
+
+    /// One pass over the members; `Ok(None)` without a majority.
+    ///
+    /// # Cancel safety
+    /// As [`MultiLock::lock`].
+    ///
+    /// # Errors
+    /// As [`MultiLock::lock`].
+    pub fn try_lock(
+        &self,
+        owner: &LockOwner,
+    ) -> impl Future<Output = Result<Option<MultiLockGuard>>> + Send + 'static {
+        self.inner.try_lock(owner)
+    }
+
+    /// Takes a majority within `wait`; `Ok(None)` when the wait ran out.
+    ///
+    /// # Cancel safety
+    /// As [`MultiLock::lock`].
+    ///
+    /// # Errors
+    /// As [`MultiLock::try_lock_for`].
+    pub fn try_lock_for(
+        &self,
+        owner: &LockOwner,
+        wait: Duration,
+    ) -> impl Future<Output = Result<Option<MultiLockGuard>>> + Send + 'static {
+        self.inner.try_lock_for(owner, wait)
+    }
+
+    /// Whether `owner` holds a majority of the members.
+    ///
+    /// # Errors
+    /// [`Error::Redis`] when a member's server cannot be reached.
+    pub async fn is_held_by(&self, owner: &LockOwner) -> Result<bool> {
+        self.inner.is_held_by(owner).await
+    }
+}
+
+impl fmt::Debug for MultiLock {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MultiLock")
+            .field("members", &self.names())
+            .field("lease", &self.lease)
+            .field("needed", &self.needed())
+            .finish()
+    }
+}
+
+impl fmt::Debug for RedLock {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedLock")
+            .field("members", &self.inner.names())
+            .field("lease", &self.inner.lease)
+            .finish()
+    }
+}
+
+/// Why a member was not taken.
+enum Failure {
+    /// Its server did not answer in time: counts as a member not acquired.
+    Unreachable,
+    /// A mistake of the caller's (bad name, bad lease, shut-down client): stop.
+    Fatal(Error),
+}
+
+/// Runs one member's acquisition, bounded by `limit` (plus a margin for the reply) so that
+/// an unreachable server cannot stall the whole multi-lock.
+async fn bounded(
+    acquire: impl Future<Output = Result<Option<LockGuard>>>,
+    limit: Option<Duration>,
+) -> std::result::Result<Option<LockGuard>, Failure> {
+    let outcome = match limit {
+        Some(limit) => match tokio::time::timeout(limit + Duration::from_millis(50), acquire).await
+        {
+            Ok(outcome) => outcome,
+            // Dropped mid-flight: a hold it may still take is released by the engine.
+            Err(_) => return Err(Failure::Unreachable),
+        },
+        None => acquire.await,
+    };
+    match outcome {
+        Ok(guard) => Ok(guard),
+        Err(error @ (Error::InvalidArgument(_) | Error::Closed | Error::WrongType { .. })) => {
+            Err(Failure::Fatal(error))
+        }
+        Err(error) => {
+            tracing::debug!(%error, "multi-lock member not acquired");
+            Err(Failure::Unreachable)
+        }
+    }
+}
+
+/// Releases members taken by an attempt that did not succeed; errors are ignored (the holds
+/// expire with their leases).
+async fn release_all(taken: Vec<LockGuard>) {
+    let mut releases = JoinSet::new();
+    for guard in taken {
+        releases.spawn(guard.unlock());
+    }
+    while releases.join_next().await.is_some() {}
+}
+
+/// A duration drawn from `[low, high)`, without a random-number dependency.
+fn between(low: Duration, high: Duration) -> Duration {
+    let span = high.saturating_sub(low).as_nanos().max(1) as u64;
+    let noise = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos() as u64 ^ (d.as_secs() << 17))
+        .unwrap_or(0)
+        .wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    low + Duration::from_nanos(noise % span)
+}
+
+/// The members held by a [`MultiLock`] or [`RedLock`]. Release with
+/// [`unlock`](MultiLockGuard::unlock).
+///
+/// Dropping the guard releases every member in the background.
+#[must_use = "dropping the guard releases the locks in the background"]
+#[clippy::has_significant_drop]
+pub struct MultiLockGuard {
+    guards: Vec<LockGuard>,
+    needed: usize,
+    valid_until: Option<Instant>,
+}
+
+impl MultiLockGuard {
+    /// Releases every member, all at once, and reports the first error after trying them
+    /// all.
+    ///
+    /// # Errors
+    /// The first member's error: [`Error::NotHeld`] for a member whose hold was lost,
+    /// [`Error::Redis`] for one that could not be reached.
+    pub async fn unlock(self) -> Result<()> {
+        let mut releases = JoinSet::new();
+        for guard in self.guards {
+            releases.spawn(guard.unlock());
+        }
+        let mut first_error = None;
+        while let Some(joined) = releases.join_next().await {
+            if let Ok(Err(error)) = joined {
+                first_error.get_or_insert(error);
+            }
+        }
+        first_error.map_or(Ok(()), Err)
+    }
+
+    /// How many members are held (all of them, or a majority for a [`RedLock`]).
+    pub fn held(&self) -> usize {
+        self.guards.len()
+    }
+
+    /// The names of the members held.
+    pub fn names(&self) -> Vec<&str> {
+        self.guards.iter().map(|g| g.name()).collect()
+    }
+
+    /// The fencing tokens of the fenced members held, in member order.
+    pub fn fence_tokens(&self) -> Vec<u64> {
+        self.guards.iter().filter_map(|g| g.fence_token()).collect()
+    }
+
+    /// With a fixed lease: how long the hold is still valid (the lease, less the time
+    /// acquiring took and the clock-drift allowance, less the time since). `None` with the
+    /// watchdog lease, which keeps the hold valid while renewals succeed.
+    pub fn validity(&self) -> Option<Duration> {
+        self.valid_until
+            .map(|until| until.saturating_duration_since(Instant::now()))
+    }
+
+    /// Completes when the hold is lost: a member's lease was lost (for a [`RedLock`]: so
+    /// many that no majority is left), or a fixed lease's validity ran out.
+    ///
+    /// # Cancel safety
+    /// Cancel-safe; it only watches.
+    pub fn lease_lost(&self) -> impl Future<Output = ()> + Send + 'static {
+        let losses: Vec<Pin<Box<dyn Future<Output = ()> + Send>>> = self
+            .guards
+            .iter()
+            .map(|g| Box::pin(g.lease_lost()) as Pin<Box<dyn Future<Output = ()> + Send>>)
+            .collect();
+        let tolerated = self.guards.len() - self.needed.min(self.guards.len());
+        let valid_until = self.valid_until;
+        async move {
+            let members = LossCount {
+                losses: losses.into_iter().map(Some).collect(),
+                lost: 0,
+                tolerated,
+            };
+            match valid_until {
+                Some(until) => {
+                    tokio::select! {
+                        _ = members => {}
+                        _ = tokio::time::sleep_until(until) => {}
+                    }
+                }
+                None => members.await,
+            }
+        }
+    }
+
+    /// Whether [`lease_lost`](MultiLockGuard::lease_lost) has completed.
+    pub fn is_lease_lost(&self) -> bool {
+        let lost = self.guards.iter().filter(|g| g.is_lease_lost()).count();
+        let tolerated = self.guards.len() - self.needed.min(self.guards.len());
+        lost > tolerated
+            || self
+                .valid_until
+                .is_some_and(|until| Instant::now() >= until)
+    }
+}
+
+impl fmt::Debug for MultiLockGuard {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MultiLockGuard")
+            .field("members", &self.names())
+            .field("needed", &self.needed)
+            .finish()
+    }
+}
+
+/// Completes once more than `tolerated` of the futures completed.
+struct LossCount {
+    losses: Vec<Option<Pin<Box<dyn Future<Output = ()> + Send>>>>,
+    lost: usize,
+    tolerated: usize,
+}
+
+impl Future for LossCount {
+    type Output = ();
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let this = &mut *self;
+        for slot in &mut this.losses {
+            if let Some(loss) = slot {
+                if loss.as_mut().poll(cx).is_ready() {
+                    *slot = None;
+                    this.lost += 1;
+                }
+            }
+        }
+        if this.lost > this.tolerated {
+            Poll::Ready(())
+        } else {
+            Poll::Pending
+        }
+    }
+}

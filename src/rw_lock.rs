@@ -1,0 +1,424 @@
+//! The read-write lock: Redisson's `RReadWriteLock` (protocol §5).
+//!
+//! [`ReadWriteLock`] is a thin wrapper around two [`Lock`]s of kinds `Read` and `Write` over
+//! the same key: the handle, the guard, the wait loop, the watchdog and the release logic
+//! are the shared ones, and only the scripts and the hold's hash field differ (see the
+//! `*_call` methods and `Lock::field`). [`ReadGuard`] and [`WriteGuard`] are thin newtypes
+//! over [`LockGuard`] so that the two sides cannot be mixed up.
+
+use std::fmt;
+use std::future::Future;
+use std::time::Duration;
+
+use crate::error::Result;
+use crate::guard::Lease;
+use crate::lock::{Lock, LockGuard};
+use crate::LockOwner;
+
+/// A distributed read-write lock, shared with Java's `RReadWriteLock` of the same name:
+/// many readers at a time, or one writer.
+///
+/// # Policy (as Redisson's)
+/// - **Readers never queue behind waiting writers.** While the lock is in read mode every
+///   new reader gets in at once, so a steady stream of readers can starve writers.
+/// - **Write to read (downgrade) is allowed.** A writer may also take read holds; when its
+///   last write hold is released the lock stays in read mode, held by those read holds, and
+///   other readers may join.
+/// - **Read to write (upgrade) is refused.** An owner that holds read holds but no write
+///   hold cannot take the write lock, even when it is the only reader. Java lets such a
+///   `lock()` wait for itself forever; here [`write`](ReadWriteLock::write) and its
+///   variants fail at once with [`Error::WouldDeadlock`](crate::Error::WouldDeadlock).
+/// - Both sides are reentrant per [`LockOwner`]. Re-entering the write side adds the lease
+///   to the remaining TTL; re-entering the read side keeps the larger of the two (Redisson's
+///   rules).
+/// - When the write side is freed every waiter (readers and writers, in every client) is
+///   woken; when the read side is freed one waiter per client is.
+///
+/// Each read hold also leaves a timeout key in Redis, which the watchdog renews with the
+/// lock: other clients' read unlocks use these keys to tell live readers from readers whose
+/// process died, and delete the lock when no live reader is left.
+///
+/// A `ReadWriteLock` is a cheap handle (no I/O to make one, `Clone`, `Send + Sync`). It
+/// holds no owner: every call names the [`LockOwner`] it acts for.
+///
+/// ```no_run
+/// # async fn demo() -> redisson_lock::Result<()> {
+/// let client = redisson_lock::LockClient::connect("redis://127.0.0.1:6379").await?;
+/// let me = client.new_owner();
+/// let lock = client.read_write_lock("catalog");
+/// let writing = lock.write(&me).await?;
+/// let reading = lock.read(&me).await?; // downgrade: a writer may also read
+/// writing.unlock().await?; // still read-locked by `reading`
+/// reading.unlock().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct ReadWriteLock {
+    read: Lock,
+    write: Lock,
+}
+
+impl ReadWriteLock {
+    pub(crate) fn new(read: Lock, write: Lock) -> ReadWriteLock {
+        ReadWriteLock { read, write }
+    }
+
+    /// The write side, as a multi-lock member.
+    pub(crate) fn write_lock(&self) -> &Lock {
+        &self.write
+    }
+
+    /// The same lock with another lease policy for the holds it takes from now on, on both
+    /// sides. [`Lease::Fixed`] disables the watchdog for those holds.
+    pub fn with_lease(self, lease: Lease) -> ReadWriteLock {
+        ReadWriteLock {
+            read: self.read.with_lease(lease),
+            write: self.write.with_lease(lease),
+        }
+    }
+
+    /// The name as given to
+    /// [`LockClient::read_write_lock`](crate::LockClient::read_write_lock).
+    pub fn name(&self) -> &str {
+        self.read.name()
+    }
+
+    /// The lease policy of this handle.
+    pub fn lease(&self) -> Lease {
+        self.read.lease()
+    }
+
+    /// Takes a read hold for `owner`, waiting as long as it takes.
+    ///
+    /// It is granted at once when the lock is free, in read mode (even while writers wait),
+    /// or write-locked by `owner` itself (downgrade). Otherwise it waits for the writer's
+    /// unlock message (Java writers included), and in any case for the writer's lease to run
+    /// out.
+    ///
+    /// # Cancel safety
+    /// Cancel-safe: dropping the future at any point leaves no hold behind. A hold taken by
+    /// a script that was already on the wire is released as soon as its reply arrives.
+    ///
+    /// # Errors
+    /// [`Error::Redis`](crate::Error::Redis) when Redis cannot be reached at the first
+    /// attempt (while waiting, transient errors are retried until Redis has been
+    /// unreachable for `watchdog_timeout`), [`Error::WrongType`](crate::Error::WrongType)
+    /// when the key is not a lock hash,
+    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) for an empty name or a bad
+    /// lease, [`Error::Closed`](crate::Error::Closed) after shutdown.
+    pub fn read(
+        &self,
+        owner: &LockOwner,
+    ) -> impl Future<Output = Result<ReadGuard>> + Send + 'static {
+        let acquire = self.read.lock(owner);
+        async move { acquire.await.map(ReadGuard) }
+    }
+
+    /// One attempt at a read hold for `owner`, without waiting. `Ok(None)` when another
+    /// owner holds the write side.
+    ///
+    /// # Cancel safety
+    /// As [`read`](ReadWriteLock::read): dropping the future leaves no hold behind.
+    ///
+    /// # Errors
+    /// As [`read`](ReadWriteLock::read).
+    pub fn try_read(
+        &self,
+        owner: &LockOwner,
+    ) -> impl Future<Output = Result<Option<ReadGuard>>> + Send + 'static {
+        let acquire = self.read.try_lock(owner);
+        async move { Ok(acquire.await?.map(ReadGuard)) }
+    }
+
+    /// Takes a read hold for `owner`, waiting at most `wait`. `Ok(None)` when the wait ran
+    /// out. A zero `wait` makes exactly one attempt, like
+    /// [`try_read`](ReadWriteLock::try_read).
+    ///
+    /// # Cancel safety
+    /// As [`read`](ReadWriteLock::read): dropping the future leaves no hold behind.
+    ///
+    /// # Errors
+    /// As [`read`](ReadWriteLock::read); also
+    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) when `wait` is too long to
+    /// add to the current time.
+    pub fn try_read_for(
+        &self,
+        owner: &LockOwner,
+        wait: Duration,
+    ) -> impl Future<Output = Result<Option<ReadGuard>>> + Send + 'static {
+        let acquire = self.read.try_lock_for(owner, wait);
+        async move { Ok(acquire.await?.map(ReadGuard)) }
+    }
+
+    /// Takes the write hold for `owner`, waiting as long as it takes.
+    ///
+    /// It is granted at once when the lock is free or `owner` already writes (re-entry: the
+    /// lease is added to the remaining TTL). Otherwise it waits for the readers' and
+    /// writer's unlock messages (Java clients' included), and in any case for their lease to
+    /// run out. Readers that keep coming can make it wait indefinitely.
+    ///
+    /// # Upgrade
+    /// When `owner` holds read holds but no write hold this fails at once with
+    /// [`Error::WouldDeadlock`](crate::Error::WouldDeadlock), and nothing changes: the write
+    /// side could only be granted after `owner`'s own read holds are released. (Java's
+    /// `writeLock().lock()` waits for itself forever in that case.) The check is made by the
+    /// acquire script itself, at no extra cost; it also ends a wait during which `owner` took
+    /// a read hold elsewhere.
+    ///
+    /// # Cancel safety
+    /// Cancel-safe: dropping the future at any point leaves no hold behind. A hold taken by
+    /// a script that was already on the wire is released as soon as its reply arrives.
+    ///
+    /// # Errors
+    /// [`Error::WouldDeadlock`](crate::Error::WouldDeadlock) for an upgrade (above); the
+    /// rest as [`read`](ReadWriteLock::read).
+    pub fn write(
+        &self,
+        owner: &LockOwner,
+    ) -> impl Future<Output = Result<WriteGuard>> + Send + 'static {
+        let acquire = self.write.lock(owner);
+        async move { acquire.await.map(WriteGuard) }
+    }
+
+    /// One attempt at the write hold for `owner`, without waiting. `Ok(None)` when another
+    /// owner holds either side.
+    ///
+    /// # Cancel safety
+    /// As [`write`](ReadWriteLock::write): dropping the future leaves no hold behind.
+    ///
+    /// # Errors
+    /// As [`write`](ReadWriteLock::write), including
+    /// [`Error::WouldDeadlock`](crate::Error::WouldDeadlock) when `owner` holds only read
+    /// holds (an error, not `Ok(None)`: no wait could succeed).
+    pub fn try_write(
+        &self,
+        owner: &LockOwner,
+    ) -> impl Future<Output = Result<Option<WriteGuard>>> + Send + 'static {
+        let acquire = self.write.try_lock(owner);
+        async move { Ok(acquire.await?.map(WriteGuard)) }
+    }
+
+    /// Takes the write hold for `owner`, waiting at most `wait`. `Ok(None)` when the wait
+    /// ran out. A zero `wait` makes exactly one attempt, like
+    /// [`try_write`](ReadWriteLock::try_write).
+    ///
+    /// # Cancel safety
+    /// As [`write`](ReadWriteLock::write): dropping the future leaves no hold behind.
+    ///
+    /// # Errors
+    /// As [`write`](ReadWriteLock::write), including
+    /// [`Error::WouldDeadlock`](crate::Error::WouldDeadlock) at once (not after `wait`) when
+    /// `owner` holds only read holds; also
+    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) when `wait` is too long to
+    /// add to the current time.
+    pub fn try_write_for(
+        &self,
+        owner: &LockOwner,
+        wait: Duration,
+    ) -> impl Future<Output = Result<Option<WriteGuard>>> + Send + 'static {
+        let acquire = self.write.try_lock_for(owner, wait);
+        async move { Ok(acquire.await?.map(WriteGuard)) }
+    }
+
+    /// Releases one read hold of `owner` without a guard, Java style: the counterpart of a
+    /// guard given up with [`ReadGuard::detach`]. When no other hold is left the lock is
+    /// freed and waiters are told; otherwise its TTL becomes the longest remaining reader's.
+    ///
+    /// # Errors
+    /// [`Error::NotHeld`](crate::Error::NotHeld) when `owner` holds no read hold (nothing
+    /// changes on the server), [`Error::Redis`](crate::Error::Redis) when Redis could not be
+    /// reached even after resending (resending is safe: the unlock latch makes the release
+    /// happen at most once).
+    pub async fn unlock_read(&self, owner: &LockOwner) -> Result<()> {
+        self.read.unlock(owner).await
+    }
+
+    /// Releases one write hold of `owner` without a guard, Java style: the counterpart of a
+    /// guard given up with [`WriteGuard::detach`]. With the last write hold the lock is
+    /// freed and every waiter told, or, when `owner` still holds read holds, it goes to read
+    /// mode (downgrade) and waiting readers are told. Until then the lease starts over.
+    ///
+    /// # Errors
+    /// As [`unlock_read`](ReadWriteLock::unlock_read), for the write side.
+    pub async fn unlock_write(&self, owner: &LockOwner) -> Result<()> {
+        self.write.unlock(owner).await
+    }
+
+    /// Frees the lock if it is in read mode, whoever holds it, and wakes its waiters.
+    /// `true` when it was; a write-locked lock is left alone (`false`).
+    ///
+    /// # Correctness
+    /// This breaks mutual exclusion for the current readers, which go on believing they
+    /// hold the lock until their guards' [`lease_lost`](ReadGuard::lease_lost) fires.
+    ///
+    /// # Errors
+    /// [`Error::Redis`](crate::Error::Redis) when Redis cannot be reached;
+    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) for an empty name.
+    pub async fn force_unlock_read(&self) -> Result<bool> {
+        self.read.force_unlock().await
+    }
+
+    /// Frees the lock if it is in write mode, whoever holds it (with the writer's read
+    /// holds), and wakes every waiter. `true` when it was; a read-locked lock is left alone
+    /// (`false`).
+    ///
+    /// # Correctness
+    /// As [`force_unlock_read`](ReadWriteLock::force_unlock_read), for the writer.
+    ///
+    /// # Errors
+    /// As [`force_unlock_read`](ReadWriteLock::force_unlock_read).
+    pub async fn force_unlock_write(&self) -> Result<bool> {
+        self.write.force_unlock().await
+    }
+
+    /// Whether the read side is held (Redisson's read `isLocked`): the lock is in read
+    /// mode, or in write mode and the writer also holds read holds.
+    ///
+    /// # Errors
+    /// [`Error::Redis`](crate::Error::Redis) when Redis cannot be reached,
+    /// [`Error::WrongType`](crate::Error::WrongType) when the key is not a lock hash.
+    pub async fn is_read_locked(&self) -> Result<bool> {
+        self.read.is_locked().await
+    }
+
+    /// Whether the lock is in write mode.
+    ///
+    /// # Errors
+    /// As [`is_read_locked`](ReadWriteLock::is_read_locked).
+    pub async fn is_write_locked(&self) -> Result<bool> {
+        self.write.is_locked().await
+    }
+
+    /// How many read holds `owner` has (0 when none).
+    ///
+    /// # Errors
+    /// As [`is_read_locked`](ReadWriteLock::is_read_locked).
+    pub async fn read_hold_count(&self, owner: &LockOwner) -> Result<u64> {
+        self.read.hold_count(owner).await
+    }
+
+    /// How many write holds `owner` has (0 when none).
+    ///
+    /// # Errors
+    /// As [`is_read_locked`](ReadWriteLock::is_read_locked).
+    pub async fn write_hold_count(&self, owner: &LockOwner) -> Result<u64> {
+        self.write.hold_count(owner).await
+    }
+
+    /// Whether `owner` has a read hold.
+    ///
+    /// # Errors
+    /// As [`is_read_locked`](ReadWriteLock::is_read_locked).
+    pub async fn is_read_held_by(&self, owner: &LockOwner) -> Result<bool> {
+        self.read.is_held_by(owner).await
+    }
+
+    /// Whether `owner` has the write hold.
+    ///
+    /// # Errors
+    /// As [`is_read_locked`](ReadWriteLock::is_read_locked).
+    pub async fn is_write_held_by(&self, owner: &LockOwner) -> Result<bool> {
+        self.write.is_held_by(owner).await
+    }
+
+    /// How long the lock (either side) lasts unless renewed or released; `None` when it is
+    /// free. A lock without expiry reports `Duration::MAX`.
+    ///
+    /// # Errors
+    /// [`Error::Redis`](crate::Error::Redis) when Redis cannot be reached.
+    pub async fn remaining_lease(&self) -> Result<Option<Duration>> {
+        self.read.remaining_lease().await
+    }
+}
+
+impl fmt::Debug for ReadWriteLock {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ReadWriteLock")
+            .field("name", &self.read.name())
+            .field("lease", &self.read.lease())
+            .finish()
+    }
+}
+
+macro_rules! side_guard {
+    ($(#[$doc:meta])* $guard:ident, $side:literal, $unlock:literal) => {
+        $(#[$doc])*
+        #[must_use = "dropping the guard releases the hold in the background"]
+        #[clippy::has_significant_drop]
+        pub struct $guard(LockGuard);
+
+        impl $guard {
+            #[doc = concat!("Releases this ", $side, " hold.")]
+            ///
+            /// # Errors
+            /// [`Error::NotHeld`](crate::Error::NotHeld) when the hold was lost before (lease
+            /// expired, force-unlocked, data lost); [`Error::Redis`](crate::Error::Redis) when
+            /// Redis could not be reached even after resending. In the error case the hold,
+            /// if it still exists, is no longer renewed and frees itself when its lease runs
+            /// out.
+            pub async fn unlock(self) -> Result<()> {
+                self.0.unlock().await
+            }
+
+            /// Gives up the guard but keeps the hold (and its watchdog renewal); release it
+            #[doc = concat!("later with [`ReadWriteLock::", $unlock, "`], Java style.")]
+            pub fn detach(self) {
+                self.0.detach()
+            }
+
+            /// The lock's name.
+            pub fn name(&self) -> &str {
+                self.0.name()
+            }
+
+            /// The owner this hold belongs to.
+            pub fn owner(&self) -> &LockOwner {
+                self.0.owner()
+            }
+
+            /// Completes when the hold is known to be lost: the watchdog found it gone, or
+            /// could not reach Redis before the lease ran out, or (for a fixed lease) the
+            /// lease ended. Meant for `tokio::select!` beside the work the lock protects.
+            ///
+            /// # Cancel safety
+            /// Cancel-safe; it only watches.
+            pub fn lease_lost(&self) -> impl Future<Output = ()> + Send + 'static {
+                self.0.lease_lost()
+            }
+
+            #[doc = concat!("Whether [`lease_lost`](", stringify!($guard), "::lease_lost) has completed.")]
+            pub fn is_lease_lost(&self) -> bool {
+                self.0.is_lease_lost()
+            }
+        }
+
+        impl fmt::Debug for $guard {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.debug_struct(stringify!($guard))
+                    .field("name", &self.0.name())
+                    .field("owner", self.0.owner())
+                    .finish()
+            }
+        }
+    };
+}
+
+side_guard!(
+    /// One read hold of a [`ReadWriteLock`]. Release it with [`unlock`](ReadGuard::unlock).
+    ///
+    /// Dropping the guard without `unlock` stops its renewal at once and releases the hold
+    /// in the background; `unlock().await` is the way to release it now and learn of errors.
+    ReadGuard,
+    "read",
+    "unlock_read"
+);
+
+side_guard!(
+    /// One write hold of a [`ReadWriteLock`]. Release it with [`unlock`](WriteGuard::unlock).
+    ///
+    /// Dropping the guard without `unlock` stops its renewal at once and releases the hold
+    /// in the background; `unlock().await` is the way to release it now and learn of errors.
+    WriteGuard,
+    "write",
+    "unlock_write"
+);

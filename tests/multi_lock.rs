@@ -1,0 +1,277 @@
+//! Multi-locks and RedLock over several real redis-server processes.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use fred::prelude::KeysInterface;
+use redisson_lock::{Lease, LockClient, MultiLock, MultiMember, RedLock};
+use support::*;
+
+async fn servers(n: usize) -> (Vec<RedisServer>, Vec<LockClient>) {
+    let servers: Vec<RedisServer> = (0..n).map(|_| RedisServer::start()).collect();
+    let mut clients = Vec::new();
+    for server in &servers {
+        clients.push(client_with(server, |b| b.command_timeout(Duration::from_millis(500))).await);
+    }
+    (servers, clients)
+}
+
+#[tokio::test]
+async fn all_members_or_none() {
+    let (servers, clients) = servers(3).await;
+    let me = clients[0].new_owner();
+    let multi = MultiLock::new(clients.iter().map(|c| c.lock("res")));
+    let guard = multi.lock(&me).await.unwrap();
+    assert_eq!(guard.held(), 3);
+    assert!(multi.is_held_by(&me).await.unwrap());
+    for server in &servers {
+        assert_eq!(server.command(&["HGET", "res", &me.to_string()]), "1");
+    }
+    guard.unlock().await.unwrap();
+    assert!(!multi.is_held_by(&me).await.unwrap());
+    for server in &servers {
+        assert_eq!(server.command(&["EXISTS", "res"]), "0");
+    }
+}
+
+#[tokio::test]
+async fn a_partial_acquisition_is_rolled_back() {
+    let (servers, clients) = servers(3).await;
+    // The member on the last server is held by someone else for a long time.
+    let blocker = clients[2]
+        .lock("part")
+        .with_lease(Lease::Fixed(Duration::from_secs(60)))
+        .lock(&clients[2].new_owner())
+        .await
+        .unwrap();
+    let multi = clients[0].multi_lock(clients.iter().map(|c| c.lock("part")));
+    let me = clients[0].new_owner();
+    let start = Instant::now();
+    assert!(multi
+        .try_lock_for(&me, Duration::from_millis(300))
+        .await
+        .unwrap()
+        .is_none());
+    assert!(
+        start.elapsed() < Duration::from_millis(900),
+        "{:?}",
+        start.elapsed()
+    );
+    assert!(multi.try_lock(&me).await.unwrap().is_none());
+    // Whatever was taken on the free servers was released again.
+    for server in &servers[..2] {
+        assert_eq!(server.command(&["EXISTS", "part"]), "0");
+    }
+    blocker.unlock().await.unwrap();
+    multi
+        .try_lock(&me)
+        .await
+        .unwrap()
+        .expect("all free now")
+        .unlock()
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn members_of_every_exclusive_kind_on_several_servers() {
+    let (servers, clients) = servers(2).await;
+    let rw = clients[1].read_write_lock("rw");
+    let multi = clients[0].multi_lock([
+        MultiMember::from(clients[0].lock("plain")),
+        clients[0].fair_lock("fair").into(),
+        MultiMember::write_side(&rw),
+        clients[1].fenced_lock("fenced").into(),
+    ]);
+    let me = clients[0].new_owner();
+    let guard = multi.lock(&me).await.unwrap();
+    assert_eq!(guard.held(), 4);
+    assert_eq!(servers[0].command(&["HGET", "plain", &me.to_string()]), "1");
+    assert_eq!(servers[0].command(&["HGET", "fair", &me.to_string()]), "1");
+    assert_eq!(
+        servers[1].command(&["HGET", "rw", &format!("{me}:write")]),
+        "1"
+    );
+    assert_eq!(servers[1].command(&["HGET", "rw", "mode"]), "write");
+    assert_eq!(
+        servers[1].command(&["HGET", "fenced", &me.to_string()]),
+        "1"
+    );
+    assert_eq!(guard.fence_tokens(), vec![1]);
+    // A second owner is excluded from every member.
+    assert!(rw
+        .try_read(&clients[1].new_owner())
+        .await
+        .unwrap()
+        .is_none());
+    guard.unlock().await.unwrap();
+    for (server, key) in [(0, "plain"), (0, "fair"), (1, "rw"), (1, "fenced")] {
+        assert_eq!(servers[server].command(&["EXISTS", key]), "0", "{key}");
+    }
+}
+
+#[tokio::test]
+async fn members_are_taken_by_server_then_name_whatever_the_given_order() {
+    let (_servers, clients) = servers(1).await;
+    let c = &clients[0];
+    let a = MultiLock::new([c.lock("b"), c.lock("c"), c.lock("a")]);
+    let b = MultiLock::new([c.lock("a"), c.lock("c"), c.lock("b")]);
+    assert_eq!(a.names(), vec!["a", "b", "c"]);
+    assert_eq!(a.names(), b.names());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn overlapping_multi_locks_never_deadlock_and_exclude() {
+    let (servers, clients) = servers(2).await;
+    let sets = [["x", "y"], ["z", "y"], ["y", "x"], ["z", "x"]];
+    let mut tasks = Vec::new();
+    for (t, set) in sets.iter().enumerate() {
+        let client = clients[t % 2].clone();
+        let other = clients[(t + 1) % 2].clone();
+        let set = *set;
+        tasks.push(tokio::spawn(async move {
+            // Each name lives on both servers: the members of one multi-lock span servers.
+            let multi = MultiLock::new(
+                set.iter()
+                    .flat_map(|name| [client.lock(name), other.lock(name)]),
+            );
+            let me = client.new_owner();
+            for _ in 0..8 {
+                let guard = multi.lock(&me).await.unwrap();
+                for name in set {
+                    let key = format!("count:{name}");
+                    let value: Option<i64> = client.redis().get(&key).await.unwrap();
+                    tokio::task::yield_now().await;
+                    let _: () = client
+                        .redis()
+                        .set(&key, value.unwrap_or(0) + 1, None, None, false)
+                        .await
+                        .unwrap();
+                }
+                guard.unlock().await.unwrap();
+            }
+        }));
+    }
+    within(Duration::from_secs(60), "all multi-lock tasks", async {
+        for task in tasks {
+            task.await.unwrap();
+        }
+    })
+    .await;
+    // x in 3 sets, y in 3, z in 2; 8 rounds each; the counters live on the tasks' own server.
+    let total = |name: &str| -> i64 {
+        servers
+            .iter()
+            .map(|s| {
+                s.command(&["GET", &format!("count:{name}")])
+                    .parse::<i64>()
+                    .unwrap_or(0)
+            })
+            .sum()
+    };
+    assert_eq!(total("x"), 24);
+    assert_eq!(total("y"), 24);
+    assert_eq!(total("z"), 16);
+}
+
+#[tokio::test]
+async fn dropping_a_multi_lock_future_leaves_no_member_held() {
+    let (servers, clients) = servers(3).await;
+    let multi = MultiLock::new(clients.iter().map(|c| c.lock("drop")))
+        .with_lease(Lease::Fixed(Duration::from_secs(60)));
+    for i in 0..60u64 {
+        let me = clients[0].new_owner();
+        let limit = Duration::from_micros((i * 7_919) % 1_500);
+        if let Ok(guard) = tokio::time::timeout(limit, multi.lock(&me)).await {
+            guard.unwrap().unlock().await.unwrap();
+        }
+    }
+    for server in &servers {
+        eventually(Duration::from_secs(5), "members released", || {
+            server.command(&["EXISTS", "drop"]) == "0"
+        })
+        .await;
+    }
+}
+
+#[tokio::test]
+async fn a_redlock_acquires_with_a_minority_of_servers_down() {
+    let (mut servers, clients) = servers(3).await;
+    servers[1].kill();
+    let red = clients[0].red_lock(clients.iter().map(|c| c.lock("red")));
+    let me = clients[0].new_owner();
+    let guard = within(
+        Duration::from_secs(5),
+        "redlock",
+        red.try_lock_for(&me, Duration::from_secs(3)),
+    )
+    .await
+    .unwrap()
+    .expect("a majority is up");
+    assert_eq!(guard.held(), 2);
+    assert!(red
+        .try_lock(&clients[0].new_owner())
+        .await
+        .unwrap()
+        .is_none());
+    guard.unlock().await.unwrap();
+    assert_eq!(servers[0].command(&["EXISTS", "red"]), "0");
+    assert_eq!(servers[2].command(&["EXISTS", "red"]), "0");
+}
+
+#[tokio::test]
+async fn a_redlock_fails_within_the_wait_with_a_majority_down() {
+    let (mut servers, clients) = servers(3).await;
+    servers[0].kill();
+    servers[2].kill();
+    let red = RedLock::new(clients.iter().map(|c| c.lock("red")));
+    let me = clients[1].new_owner();
+    let start = Instant::now();
+    let result = red.try_lock_for(&me, Duration::from_millis(600)).await;
+    assert!(matches!(result, Ok(None)), "{result:?}");
+    assert!(
+        start.elapsed() < Duration::from_millis(1500),
+        "{:?}",
+        start.elapsed()
+    );
+    // The one reachable member was not left held.
+    assert_eq!(servers[1].command(&["EXISTS", "red"]), "0");
+}
+
+#[tokio::test]
+async fn a_redlock_held_on_three_keeps_its_quorum_when_one_server_dies() {
+    let (mut servers, clients) = servers(3).await;
+    let red = RedLock::new(clients.iter().map(|c| c.lock("quorum")));
+    let guard = red.lock(&clients[0].new_owner()).await.unwrap();
+    assert_eq!(guard.held(), 3);
+    servers[2].kill();
+    // Past two watchdog timeouts (900 ms): the dead member's lease is lost, the quorum not.
+    tokio::time::sleep(Duration::from_millis(2000)).await;
+    assert!(!guard.is_lease_lost());
+    let rival = red
+        .try_lock_for(&clients[1].new_owner(), Duration::from_millis(300))
+        .await
+        .unwrap();
+    assert!(rival.is_none(), "the majority is still held");
+    for server in &servers[..2] {
+        let pttl: i64 = server.command(&["PTTL", "quorum"]).parse().unwrap();
+        assert!(pttl > 0, "still renewed");
+    }
+    // Losing a second member loses the quorum.
+    servers[1].command(&["DEL", "quorum"]);
+    within(Duration::from_secs(2), "lease_lost", guard.lease_lost()).await;
+}
+
+#[tokio::test]
+async fn a_redlock_with_a_fixed_lease_reports_its_validity() {
+    let (_servers, clients) = servers(3).await;
+    let red = RedLock::new(clients.iter().map(|c| c.lock("valid")))
+        .with_lease(Lease::Fixed(Duration::from_secs(2)));
+    let guard = red.lock(&clients[0].new_owner()).await.unwrap();
+    let validity = guard.validity().unwrap();
+    // The lease less the acquisition time and the drift allowance (1% + 2 ms).
+    assert!(validity <= Duration::from_millis(1978), "{validity:?}");
+    assert!(validity > Duration::from_millis(1500), "{validity:?}");
+    guard.unlock().await.unwrap();
+}

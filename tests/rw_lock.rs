@@ -1,0 +1,1085 @@
+//! The read-write lock (Redisson's `RReadWriteLock`, protocol §5): shared readers, exclusive
+//! writers, downgrade and the refused upgrade, wake-ups, the readers' timeout keys and their
+//! renewal, cancellation, and states written exactly as Java writes them. Ports of
+//! `RedissonReadWriteLockTest` (§11.5) that apply are at the end.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use fred::clients::SubscriberClient;
+use fred::prelude::*;
+use fred::types::Message;
+use redisson_lock::{Error, Lease, LockOwner, ReadWriteLock};
+use support::*;
+use tokio::sync::{broadcast, Barrier};
+
+/// A Java `RedissonClient`'s id; `<JAVA_CLIENT>:<thread id>` is a Java reader's field.
+const JAVA_CLIENT: &str = "8c1e3f0a-5b7d-4e2a-9f61-2d4c7b9e0a13";
+const LONG: Lease = Lease::Fixed(Duration::from_secs(60));
+
+fn fixed(ms: u64) -> Lease {
+    Lease::Fixed(Duration::from_millis(ms))
+}
+
+/// The lock hash as a map (empty when the key does not exist).
+fn hash(server: &RedisServer, name: &str) -> BTreeMap<String, String> {
+    let reply = server.command(&["HGETALL", name]);
+    let lines: Vec<&str> = reply.lines().collect();
+    lines
+        .chunks(2)
+        .filter(|pair| pair.len() == 2)
+        .map(|pair| (pair[0].to_owned(), pair[1].to_owned()))
+        .collect()
+}
+
+fn pttl(server: &RedisServer, key: &str) -> i64 {
+    server.command(&["PTTL", key]).parse().unwrap()
+}
+
+/// Hold #n's timeout key of reader `field` on lock `name` (a name without `{`).
+fn timeout_key(name: &str, field: &str, n: u32) -> String {
+    format!("{{{name}}}:{field}:rwlock_timeout:{n}")
+}
+
+fn channel(name: &str) -> String {
+    format!("redisson_rwlock:{{{name}}}")
+}
+
+fn write_field(owner: &LockOwner) -> String {
+    format!("{owner}:write")
+}
+
+fn evalsha_calls(server: &RedisServer) -> u64 {
+    server
+        .command(&["INFO", "commandstats"])
+        .lines()
+        .find_map(|line| line.strip_prefix("cmdstat_evalsha:calls="))
+        .and_then(|rest| rest.split(',').next())
+        .map(|n| n.parse().unwrap())
+        .unwrap_or(0)
+}
+
+fn assert_would_deadlock<T: std::fmt::Debug>(result: redisson_lock::Result<T>) {
+    match result {
+        Err(Error::WouldDeadlock(_)) => {}
+        other => panic!("expected WouldDeadlock, got {other:?}"),
+    }
+}
+
+/// A raw subscriber to `channel`, standing in for a Java client's listener.
+async fn listener(
+    server: &RedisServer,
+    channel: &str,
+) -> (SubscriberClient, broadcast::Receiver<Message>) {
+    let config = Config::from_url(&server.url()).unwrap();
+    let subscriber = Builder::from_config(config)
+        .build_subscriber_client()
+        .unwrap();
+    subscriber.init().await.unwrap();
+    let messages = subscriber.message_rx();
+    subscriber.subscribe(channel).await.unwrap();
+    let _: Value = subscriber.ping(None).await.unwrap();
+    (subscriber, messages)
+}
+
+async fn next_message(messages: &mut broadcast::Receiver<Message>) -> (String, String) {
+    let message = within(Duration::from_secs(2), "a lock message", messages.recv())
+        .await
+        .unwrap();
+    (
+        message.channel.to_string(),
+        message.value.as_string().unwrap_or_default(),
+    )
+}
+
+async fn no_more_messages(messages: &mut broadcast::Receiver<Message>) {
+    if let Ok(message) = tokio::time::timeout(Duration::from_millis(200), messages.recv()).await {
+        panic!(
+            "unexpected message {:?}",
+            message.map(|m| (m.channel, m.value))
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn readers_of_two_clients_hold_at_the_same_time() {
+    let server = RedisServer::start();
+    let clients = [client(&server).await, client(&server).await];
+    const READERS: usize = 6;
+    let barrier = Arc::new(Barrier::new(READERS));
+    let mut tasks = Vec::new();
+    for i in 0..READERS {
+        let client = clients[i % 2].clone();
+        let barrier = barrier.clone();
+        tasks.push(tokio::spawn(async move {
+            let lock = client.read_write_lock("overlap");
+            let guard = lock.read(&client.new_owner()).await.unwrap();
+            // Every reader gets here while holding: they overlap, or this never completes.
+            let leader = barrier.wait().await.is_leader();
+            if leader {
+                assert!(lock.is_read_locked().await.unwrap());
+                assert!(!lock.is_write_locked().await.unwrap());
+                let writer = client.new_owner();
+                assert!(lock.try_write(&writer).await.unwrap().is_none());
+            }
+            barrier.wait().await;
+            guard.unlock().await.unwrap();
+        }));
+    }
+    within(Duration::from_secs(5), "overlapping readers", async {
+        for task in tasks {
+            task.await.unwrap();
+        }
+    })
+    .await;
+    assert_eq!(server.command(&["EXISTS", "overlap"]), "0");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn writers_exclude_everyone_and_lose_no_update() {
+    let server = RedisServer::start();
+    let clients = [client(&server).await, client(&server).await];
+    let counter = "rw:counter";
+    const WRITERS: usize = 4;
+    const WRITES: usize = 15;
+    const READERS: usize = 4;
+    const READS: usize = 15;
+
+    let mut tasks = Vec::new();
+    for t in 0..WRITERS {
+        let client = clients[t % 2].clone();
+        tasks.push(tokio::spawn(async move {
+            let (owner, lock) = (client.new_owner(), client.read_write_lock("rw-mutex"));
+            for _ in 0..WRITES {
+                let guard = lock.write(&owner).await.unwrap();
+                // A read-modify-write that loses updates unless writers exclude each other.
+                let value: Option<i64> = client.redis().get(counter).await.unwrap();
+                tokio::task::yield_now().await;
+                let _: () = client
+                    .redis()
+                    .set(counter, value.unwrap_or(0) + 1, None, None, false)
+                    .await
+                    .unwrap();
+                guard.unlock().await.unwrap();
+            }
+        }));
+    }
+    for t in 0..READERS {
+        let client = clients[t % 2].clone();
+        tasks.push(tokio::spawn(async move {
+            let (owner, lock) = (client.new_owner(), client.read_write_lock("rw-mutex"));
+            for _ in 0..READS {
+                let guard = lock.read(&owner).await.unwrap();
+                let before: Option<i64> = client.redis().get(counter).await.unwrap();
+                tokio::time::sleep(Duration::from_millis(2)).await;
+                let after: Option<i64> = client.redis().get(counter).await.unwrap();
+                assert_eq!(before, after, "a writer ran while a reader held the lock");
+                guard.unlock().await.unwrap();
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+        }));
+    }
+    within(Duration::from_secs(30), "all tasks", async {
+        for task in tasks {
+            task.await.unwrap();
+        }
+    })
+    .await;
+    assert_eq!(
+        server.command(&["GET", counter]),
+        (WRITERS * WRITES).to_string()
+    );
+    assert_eq!(server.command(&["EXISTS", "rw-mutex"]), "0");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_writer_downgrades_and_the_read_mode_still_excludes_writers() {
+    let server = RedisServer::start();
+    let (c, other_client) = (client(&server).await, client(&server).await);
+    let name = "downgrade";
+    // Long fixed leases: only messages can wake waiters in time.
+    let lock = c.read_write_lock(name).with_lease(LONG);
+    let other = other_client.read_write_lock(name).with_lease(LONG);
+    let (me, someone) = (c.new_owner(), other_client.new_owner());
+
+    let writing = lock.write(&me).await.unwrap();
+    assert!(
+        !lock.is_read_locked().await.unwrap(),
+        "testReadLockIsLocked"
+    );
+    let reading = lock.read(&me).await.unwrap();
+    assert!(lock.is_read_locked().await.unwrap());
+    assert!(lock.is_write_locked().await.unwrap());
+    assert_eq!(
+        hash(&server, name),
+        BTreeMap::from([
+            ("mode".to_owned(), "write".to_owned()),
+            (write_field(&me), "1".to_owned()),
+            (me.to_string(), "1".to_owned()),
+        ])
+    );
+    assert!(other.try_read(&someone).await.unwrap().is_none());
+    assert!(other.try_write(&someone).await.unwrap().is_none());
+
+    let waiting_reader = tokio::spawn(other.read(&someone));
+    eventually(Duration::from_secs(5), "reader waiting", || {
+        server
+            .command(&["PUBSUB", "NUMSUB", &channel(name)])
+            .ends_with("\n1")
+    })
+    .await;
+
+    let released = Instant::now();
+    writing.unlock().await.unwrap();
+    assert_eq!(
+        hash(&server, name).get("mode").map(String::as_str),
+        Some("read")
+    );
+    assert!(!lock.is_write_locked().await.unwrap());
+    assert!(lock.is_read_locked().await.unwrap());
+    assert!(other
+        .try_write(&other_client.new_owner())
+        .await
+        .unwrap()
+        .is_none());
+    // The downgrade tells the waiting readers (an addition to Java, which stays silent).
+    let theirs = within(Duration::from_secs(2), "waiting reader", waiting_reader)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(released.elapsed() < Duration::from_millis(500));
+    assert!(other
+        .try_write(&other_client.new_owner())
+        .await
+        .unwrap()
+        .is_none());
+    reading.unlock().await.unwrap();
+    assert!(lock.is_read_locked().await.unwrap(), "their hold remains");
+    theirs.unlock().await.unwrap();
+    assert_eq!(server.command(&["EXISTS", name]), "0");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upgrade_is_refused_at_once_and_changes_nothing() {
+    let server = RedisServer::start();
+    let c = client(&server).await;
+    let name = "upgrade";
+    let lock = c.read_write_lock(name).with_lease(LONG);
+    let me = c.new_owner();
+    let outer = lock.read(&me).await.unwrap();
+    let inner = lock.read(&me).await.unwrap();
+    let before = (
+        hash(&server, name),
+        server.command(&["KEYS", "*"]).lines().count(),
+    );
+
+    let start = Instant::now();
+    assert_would_deadlock(lock.try_write(&me).await);
+    assert_would_deadlock(within(Duration::from_secs(1), "write()", lock.write(&me)).await);
+    assert_would_deadlock(lock.try_write_for(&me, Duration::from_secs(10)).await);
+    assert!(start.elapsed() < Duration::from_millis(500), "not waited");
+    assert_eq!(
+        (
+            hash(&server, name),
+            server.command(&["KEYS", "*"]).lines().count()
+        ),
+        before
+    );
+    assert!(!lock.is_write_held_by(&me).await.unwrap());
+    assert_eq!(lock.read_hold_count(&me).await.unwrap(), 2);
+    assert_eq!(c.subscribed_channels(), 0, "nothing waited");
+
+    // Another reader present: still refused, not queued.
+    let other = c.new_owner();
+    let theirs = lock.read(&other).await.unwrap();
+    assert_would_deadlock(lock.try_write_for(&me, Duration::from_secs(10)).await);
+    theirs.unlock().await.unwrap();
+
+    inner.unlock().await.unwrap();
+    outer.unlock().await.unwrap();
+    lock.try_write(&me)
+        .await
+        .unwrap()
+        .expect("free once the reads are released")
+        .unlock()
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_writer_that_starts_reading_fails_instead_of_waiting_for_itself() {
+    let server = RedisServer::start();
+    let c = client(&server).await;
+    let lock = c.read_write_lock("upgrade-later").with_lease(LONG);
+    let (me, other) = (c.new_owner(), c.new_owner());
+    // The other reader's lease ends soon: the waiting writer looks again then.
+    let theirs = lock
+        .clone()
+        .with_lease(fixed(300))
+        .read(&other)
+        .await
+        .unwrap();
+    let writing = tokio::spawn(lock.write(&me));
+    eventually(Duration::from_secs(5), "writer waiting", || {
+        c.subscribed_channels() == 1
+    })
+    .await;
+    // The same owner reads meanwhile (read mode lets it in), so once the other reader is
+    // gone the waiting writer would wait for itself.
+    let mine = lock.try_read(&me).await.unwrap().expect("read mode");
+    assert_would_deadlock(
+        within(Duration::from_secs(2), "waiting writer", writing)
+            .await
+            .unwrap(),
+    );
+    theirs.detach();
+    assert_eq!(lock.read_hold_count(&me).await.unwrap(), 1);
+    mine.unlock().await.unwrap();
+    assert_eq!(server.command(&["EXISTS", "upgrade-later"]), "0");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_write_unlock_wakes_every_waiting_reader_at_once() {
+    let server = RedisServer::start();
+    let clients = [client(&server).await, client(&server).await];
+    let name = "wake-all";
+    let writer_lock = clients[0].read_write_lock(name).with_lease(LONG);
+    let writing = writer_lock.write(&clients[0].new_owner()).await.unwrap();
+    server.command(&["CONFIG", "RESETSTAT"]);
+
+    const READERS: usize = 10;
+    let barrier = Arc::new(Barrier::new(READERS + 1));
+    let mut readers = Vec::new();
+    for i in 0..READERS {
+        let client = clients[i % 2].clone();
+        let barrier = barrier.clone();
+        readers.push(tokio::spawn(async move {
+            let lock = client.read_write_lock(name).with_lease(LONG);
+            let guard = lock.read(&client.new_owner()).await.unwrap();
+            let acquired = Instant::now();
+            barrier.wait().await; // all of them hold at once
+            guard.unlock().await.unwrap();
+            acquired
+        }));
+    }
+    // Every reader made its first attempt and the one after subscribing: all wait now.
+    eventually(Duration::from_secs(5), "readers waiting", || {
+        evalsha_calls(&server) >= 2 * READERS as u64
+    })
+    .await;
+    assert_eq!(
+        server.command(&["PUBSUB", "NUMSUB", &channel(name)]),
+        format!("{}\n2", channel(name))
+    );
+
+    let released = Instant::now();
+    writing.unlock().await.unwrap();
+    within(Duration::from_secs(2), "readers", barrier.wait()).await;
+    for reader in readers {
+        let acquired = reader.await.unwrap();
+        let late = acquired.duration_since(released);
+        assert!(
+            late < Duration::from_millis(200),
+            "a reader got in {late:?} after the write unlock"
+        );
+    }
+    eventually(Duration::from_secs(2), "lock free", || {
+        server.command(&["EXISTS", name]) == "0"
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn another_clients_read_unlock_does_not_purge_our_live_readers() {
+    let server = RedisServer::start();
+    let (ours, theirs) = (client(&server).await, client(&server).await);
+    let name = "no-purge";
+    let lock = ours.read_write_lock(name); // watchdog: 900 ms, renewed every 300 ms
+    let me = ours.new_owner();
+    let outer = lock.read(&me).await.unwrap();
+    let inner = lock.read(&me).await.unwrap();
+    let other_lock = theirs.read_write_lock(name);
+
+    // Over twice the watchdog timeout: without renewal our timeout keys would be gone.
+    let until = Instant::now() + Duration::from_millis(2200);
+    while Instant::now() < until {
+        let reader = theirs.new_owner();
+        other_lock
+            .read(&reader)
+            .await
+            .unwrap()
+            .unlock()
+            .await
+            .unwrap();
+        assert_eq!(lock.read_hold_count(&me).await.unwrap(), 2);
+        for n in 1..=2 {
+            let ttl = pttl(&server, &timeout_key(name, &me.to_string(), n));
+            assert!(ttl > 0 && ttl <= 900, "timeout key #{n}: {ttl}");
+        }
+        let ttl = pttl(&server, name);
+        assert!(ttl > 0 && ttl <= 900, "hash ttl {ttl}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(other_lock
+        .try_write(&theirs.new_owner())
+        .await
+        .unwrap()
+        .is_none());
+    assert!(!outer.is_lease_lost() && !inner.is_lease_lost());
+    inner.unlock().await.unwrap();
+    outer.unlock().await.unwrap();
+    assert_eq!(server.command(&["EXISTS", name]), "0");
+}
+
+#[tokio::test]
+async fn the_watchdog_keeps_read_and_write_holds_alive() {
+    let server = RedisServer::start();
+    let c = client(&server).await; // 900 ms lease, renewed every 300 ms
+    let (reader, writer) = (c.new_owner(), c.new_owner());
+    let read_lock = c.read_write_lock("kept-read");
+    let write_lock = c.read_write_lock("kept-write");
+    let reading = read_lock.read(&reader).await.unwrap();
+    let writing = write_lock.write(&writer).await.unwrap();
+    assert_eq!(c.renewed_holds(), 2);
+    let timeout = timeout_key("kept-read", &reader.to_string(), 1);
+    let stranger = c.new_owner();
+
+    let until = Instant::now() + Duration::from_millis(3000);
+    while Instant::now() < until {
+        for key in ["kept-read", timeout.as_str(), "kept-write"] {
+            let ttl = pttl(&server, key);
+            assert!(ttl > 0 && ttl <= 900, "{key}: pttl {ttl}");
+        }
+        assert!(write_lock.try_read(&stranger).await.unwrap().is_none());
+        assert!(read_lock.try_write(&stranger).await.unwrap().is_none());
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    assert!(!reading.is_lease_lost() && !writing.is_lease_lost());
+    assert_eq!(
+        server.command(&["HGET", "kept-write", &write_field(&writer)]),
+        "1"
+    );
+
+    // A deleted read hold is reported lost at the next renewal, like any other.
+    server.command(&["DEL", "kept-read"]);
+    within(Duration::from_secs(2), "lease_lost", reading.lease_lost()).await;
+    assert!(!writing.is_lease_lost());
+    assert_eq!(c.renewed_holds(), 1);
+    assert!(matches!(reading.unlock().await, Err(Error::NotHeld { .. })));
+    writing.unlock().await.unwrap();
+    assert_eq!(c.renewed_holds(), 0);
+}
+
+#[tokio::test]
+async fn read_reentry_keeps_the_longer_ttl_and_write_reentry_adds() {
+    let server = RedisServer::start();
+    let c = client(&server).await;
+    let me = c.new_owner();
+    let field = me.to_string();
+    let name = "ttl-read";
+    let lock = c.read_write_lock(name);
+
+    let ten = lock
+        .clone()
+        .with_lease(fixed(10_000))
+        .read(&me)
+        .await
+        .unwrap();
+    let two = lock
+        .clone()
+        .with_lease(fixed(2_000))
+        .read(&me)
+        .await
+        .unwrap();
+    let ttl = pttl(&server, name);
+    assert!((9_800..=10_000).contains(&ttl), "max kept: {ttl}");
+    assert!(pttl(&server, &timeout_key(name, &field, 1)) > 9_800);
+    let ttl2 = pttl(&server, &timeout_key(name, &field, 2));
+    assert!(
+        (1_800..=2_000).contains(&ttl2),
+        "hold #2's own lease: {ttl2}"
+    );
+    let twenty = lock
+        .clone()
+        .with_lease(fixed(20_000))
+        .read(&me)
+        .await
+        .unwrap();
+    assert!(pttl(&server, name) > 19_800);
+    // A read release shrinks the TTL to the longest live hold (#3's key goes first).
+    twenty.unlock().await.unwrap();
+    let ttl = pttl(&server, name);
+    assert!((9_700..=10_000).contains(&ttl), "shrunk to #1: {ttl}");
+    assert_eq!(
+        server.command(&["EXISTS", &timeout_key(name, &field, 3)]),
+        "0"
+    );
+    two.unlock().await.unwrap();
+    ten.unlock().await.unwrap();
+    assert_eq!(server.command(&["EXISTS", name]), "0");
+    assert_eq!(server.command(&["KEYS", "*rwlock_timeout*"]), "");
+
+    // testWriteLockExpiration: write reentry adds its lease to the TTL.
+    let name = "ttl-write";
+    let lock = c.read_write_lock(name);
+    let ten = lock
+        .clone()
+        .with_lease(fixed(10_000))
+        .write(&me)
+        .await
+        .unwrap();
+    let one = lock
+        .clone()
+        .with_lease(fixed(1_000))
+        .write(&me)
+        .await
+        .unwrap();
+    let ttl = pttl(&server, name);
+    assert!((10_800..=11_000).contains(&ttl), "added: {ttl}");
+    assert!(lock
+        .clone()
+        .with_lease(fixed(1_000))
+        .try_write_for(&c.new_owner(), Duration::from_millis(300))
+        .await
+        .unwrap()
+        .is_none());
+    // A partial write release resets the TTL to the released hold's lease, as Java does.
+    one.unlock().await.unwrap();
+    let ttl = pttl(&server, name);
+    assert!((800..=1_000).contains(&ttl), "reset: {ttl}");
+    ten.unlock().await.unwrap();
+    assert_eq!(server.command(&["EXISTS", name]), "0");
+}
+
+/// A cheap deterministic spread of delays.
+fn spread(i: u64, max_micros: u64) -> Duration {
+    Duration::from_micros(i.wrapping_mul(2_654_435_761) % max_micros)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropped_acquires_leave_no_stray_hold() {
+    let server = RedisServer::start();
+    let (holder_client, c) = (client(&server).await, client(&server).await);
+    let name = "rw-cancel";
+    // Long fixed leases: only the release of an orphaned hold can clear it in time.
+    let lock = c.read_write_lock(name).with_lease(LONG);
+    let holder_lock = holder_client.read_write_lock(name).with_lease(LONG);
+
+    // Mid-flight, uncontended.
+    let mut acquired = 0;
+    for i in 0..200 {
+        let owner = c.new_owner();
+        // On timeout the future is dropped: whatever it took is released in the background.
+        if i % 2 == 0 {
+            if let Ok(guard) = tokio::time::timeout(spread(i, 400), lock.read(&owner)).await {
+                acquired += 1;
+                guard.unwrap().unlock().await.unwrap();
+            }
+        } else if let Ok(guard) = tokio::time::timeout(spread(i, 400), lock.write(&owner)).await {
+            acquired += 1;
+            guard.unwrap().unlock().await.unwrap();
+        }
+    }
+    assert!(acquired < 200, "some acquires were dropped");
+
+    // Mid-wait: a reader waits behind a writer, a writer behind a reader.
+    let holder = holder_client.new_owner();
+    for i in 0..40 {
+        let owner = c.new_owner();
+        let (pending, held) = if i % 2 == 0 {
+            let held = holder_lock.write(&holder).await.unwrap();
+            let acquire = lock.read(&owner);
+            let pending = tokio::spawn(async move { drop(acquire.await.unwrap()) });
+            (pending, Ok(held))
+        } else {
+            let held = holder_lock.read(&holder).await.unwrap();
+            let acquire = lock.write(&owner);
+            let pending = tokio::spawn(async move { drop(acquire.await.unwrap()) });
+            (pending, Err(held))
+        };
+        tokio::time::sleep(spread(i, 3_000)).await;
+        match held {
+            Ok(write) => write.unlock().await.unwrap(),
+            Err(read) => read.unlock().await.unwrap(),
+        }
+        tokio::time::sleep(spread(i + 7, 1_500)).await;
+        pending.abort();
+        let _ = pending.await;
+    }
+
+    eventually(Duration::from_secs(5), "no stray hold", || {
+        server.command(&["EXISTS", name]) == "0"
+    })
+    .await;
+    eventually(Duration::from_secs(5), "no timeout key, no latch", || {
+        server.command(&["DBSIZE"]) == "0"
+    })
+    .await;
+    eventually(Duration::from_secs(5), "no subscription", || {
+        c.subscribed_channels() == 0 && server.command(&["PUBSUB", "CHANNELS"]).is_empty()
+    })
+    .await;
+    assert_eq!(c.renewed_holds(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn states_written_by_java_are_respected() {
+    let server = RedisServer::start();
+    let c = client_with(&server, |b| b.watchdog_timeout(Duration::from_secs(30))).await;
+    let java_reader = format!("{JAVA_CLIENT}:57");
+    let java = LockOwner::from_parts(JAVA_CLIENT.parse().unwrap(), 57);
+    let me = c.new_owner();
+
+    // A Java reader, exactly as Redisson's read acquire leaves it.
+    let name = "java-read";
+    let lock = c.read_write_lock(name);
+    let java_timeout = timeout_key(name, &java_reader, 1);
+    server.command(&["HSET", name, "mode", "read", &java_reader, "1"]);
+    server.command(&["SET", &java_timeout, "1", "PX", "30000"]);
+    server.command(&["PEXPIRE", name, "30000"]);
+    assert!(lock.is_read_locked().await.unwrap());
+    assert!(lock.try_write(&me).await.unwrap().is_none());
+    let mine = lock.try_read(&me).await.unwrap().expect("readers share");
+    assert_eq!(hash(&server, name).len(), 3);
+    assert_eq!(
+        server.command(&["GET", &timeout_key(name, &me.to_string(), 1)]),
+        "1"
+    );
+    mine.unlock().await.unwrap();
+    // The live Java reader keeps the lock; its TTL is the Java reader's remaining lease.
+    assert_eq!(
+        hash(&server, name),
+        BTreeMap::from([
+            ("mode".to_owned(), "read".to_owned()),
+            (java_reader.clone(), "1".to_owned()),
+        ])
+    );
+    assert!(pttl(&server, name) > 29_000);
+    assert_eq!(lock.read_hold_count(&java).await.unwrap(), 1);
+    // A dead Java reader (its timeout key expired) is purged by our read unlock.
+    server.command(&["DEL", &java_timeout]);
+    let mine = lock.try_read(&me).await.unwrap().unwrap();
+    mine.unlock().await.unwrap();
+    assert_eq!(server.command(&["EXISTS", name]), "0");
+
+    // A Java writer.
+    let name = "java-write";
+    let lock = c.read_write_lock(name);
+    server.command(&[
+        "HSET",
+        name,
+        "mode",
+        "write",
+        &format!("{java_reader}:write"),
+        "1",
+    ]);
+    server.command(&["PEXPIRE", name, "30000"]);
+    assert!(lock.is_write_locked().await.unwrap());
+    assert!(!lock.is_read_locked().await.unwrap());
+    assert_eq!(lock.write_hold_count(&java).await.unwrap(), 1);
+    assert!(lock.is_write_held_by(&java).await.unwrap());
+    assert!(lock.try_read(&me).await.unwrap().is_none());
+    assert!(lock.try_write(&me).await.unwrap().is_none());
+    let (r1, r2) = (c.new_owner(), c.new_owner());
+    let readers = [tokio::spawn(lock.read(&r1)), tokio::spawn(lock.read(&r2))];
+    eventually(Duration::from_secs(5), "readers waiting", || {
+        server
+            .command(&["PUBSUB", "NUMSUB", &channel(name)])
+            .ends_with("\n1")
+    })
+    .await;
+    // Java's write unlock: the hash goes and "1" wakes every waiter.
+    let released = Instant::now();
+    server.command(&["DEL", name]);
+    assert_eq!(server.command(&["PUBLISH", &channel(name), "1"]), "1");
+    for reader in readers {
+        let guard = within(Duration::from_secs(2), "reader", reader)
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(released.elapsed() < Duration::from_millis(200));
+        guard.unlock().await.unwrap();
+    }
+
+    // Our holds look exactly like Java's.
+    let writing = lock.write(&me).await.unwrap();
+    assert_eq!(
+        hash(&server, name),
+        BTreeMap::from([
+            ("mode".to_owned(), "write".to_owned()),
+            (write_field(&me), "1".to_owned()),
+        ])
+    );
+    assert!((29_900..=30_000).contains(&pttl(&server, name)));
+    writing.unlock().await.unwrap();
+}
+
+#[tokio::test]
+async fn our_unlocks_publish_zero_for_read_and_one_for_write() {
+    let server = RedisServer::start();
+    let c = client(&server).await;
+    for (name, channel) in [
+        ("orders", "redisson_rwlock:{orders}"),
+        ("{user:7}:cart", "redisson_rwlock:{user:7}:cart"),
+    ] {
+        let (subscriber, mut messages) = listener(&server, channel).await;
+        let lock = c.read_write_lock(name);
+        let me = c.new_owner();
+
+        let outer = lock.read(&me).await.unwrap();
+        lock.read(&me).await.unwrap().unlock().await.unwrap(); // partial: silent
+        outer.unlock().await.unwrap();
+        assert_eq!(
+            next_message(&mut messages).await,
+            (channel.to_owned(), "0".to_owned())
+        );
+        no_more_messages(&mut messages).await;
+
+        let outer = lock.write(&me).await.unwrap();
+        lock.write(&me).await.unwrap().unlock().await.unwrap(); // partial: silent
+        outer.unlock().await.unwrap();
+        assert_eq!(
+            next_message(&mut messages).await,
+            (channel.to_owned(), "1".to_owned())
+        );
+        no_more_messages(&mut messages).await;
+
+        // Force-unlocks: each frees only its own mode, with that mode's message.
+        let reading = lock.read(&me).await.unwrap();
+        assert!(!lock.force_unlock_write().await.unwrap());
+        assert!(lock.force_unlock_read().await.unwrap());
+        assert_eq!(next_message(&mut messages).await.1, "0");
+        let writing = lock.write(&me).await.unwrap();
+        assert!(!lock.force_unlock_read().await.unwrap());
+        assert!(lock.force_unlock_write().await.unwrap());
+        assert_eq!(next_message(&mut messages).await.1, "1");
+        no_more_messages(&mut messages).await;
+        assert!(reading.unlock().await.is_err());
+        assert!(writing.unlock().await.is_err());
+        subscriber.quit().await.unwrap();
+    }
+}
+
+// ---- Ports of RedissonReadWriteLockTest (§11.5) ----
+
+/// testReadLockExpiration, scaled down: the writer gets in right after the longer reader's
+/// unlock, woken by its message.
+#[tokio::test]
+async fn read_lock_expiration() {
+    let server = RedisServer::start();
+    let c = client(&server).await;
+    let lock = c.read_write_lock("read-expiration");
+    let start = Instant::now();
+    let reader1 = lock
+        .clone()
+        .with_lease(fixed(2_000))
+        .read(&c.new_owner())
+        .await
+        .unwrap();
+    let reader2 = lock
+        .clone()
+        .with_lease(fixed(600))
+        .read(&c.new_owner())
+        .await
+        .unwrap();
+    let unlocks = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        reader2.unlock().await.unwrap();
+        tokio::time::sleep(Duration::from_millis(1_100)).await;
+        reader1.unlock().await.unwrap();
+        Instant::now()
+    });
+    let writer = lock
+        .clone()
+        .with_lease(fixed(2_000))
+        .write(&c.new_owner())
+        .await
+        .unwrap();
+    let acquired = Instant::now();
+    let last_unlock = unlocks.await.unwrap();
+    assert!(
+        acquired >= last_unlock,
+        "the writer waited for both readers"
+    );
+    assert!(
+        acquired - last_unlock < Duration::from_millis(150),
+        "woken by the unlock message: {:?}",
+        acquired - last_unlock
+    );
+    assert!(acquired - start < Duration::from_millis(1_900));
+    writer.unlock().await.unwrap();
+}
+
+/// testWriteReadReentrancy (an upgrade is an error here, `false` in Java).
+#[tokio::test]
+async fn write_read_reentrancy() {
+    let server = RedisServer::start();
+    let c = client(&server).await;
+    let lock = c.read_write_lock("write-read");
+    let (me, other) = (c.new_owner(), c.new_owner());
+    let writing = lock.write(&me).await.unwrap();
+    let reading = lock.try_read(&me).await.unwrap().expect("downgrade");
+    assert!(lock.try_read(&other).await.unwrap().is_none());
+    writing.unlock().await.unwrap();
+    assert_would_deadlock(lock.try_write(&me).await);
+    assert!(lock.try_write(&other).await.unwrap().is_none());
+    reading.unlock().await.unwrap();
+    lock.try_write(&me)
+        .await
+        .unwrap()
+        .expect("free")
+        .unlock()
+        .await
+        .unwrap();
+}
+
+/// testWriteLock and testWR.
+#[tokio::test]
+async fn write_lock() {
+    let server = RedisServer::start();
+    let c = client(&server).await;
+    let lock = c.read_write_lock("write-lock");
+    let (me, other) = (c.new_owner(), c.new_owner());
+    let outer = lock.write(&me).await.unwrap();
+    let inner = lock.try_write(&me).await.unwrap().expect("re-entered");
+    assert!(!lock.is_write_held_by(&other).await.unwrap());
+    assert!(lock.is_write_locked().await.unwrap());
+    assert!(lock.try_read(&other).await.unwrap().is_none());
+    inner.unlock().await.unwrap();
+    assert_eq!(lock.write_hold_count(&me).await.unwrap(), 1);
+    let reading = lock.try_read(&me).await.unwrap().expect("downgrade");
+    assert!(lock.is_write_held_by(&me).await.unwrap());
+    // testWR: releasing the read side leaves the write side held.
+    let extra = lock.read(&me).await.unwrap();
+    extra.unlock().await.unwrap();
+    assert!(lock.is_write_locked().await.unwrap());
+    outer.unlock().await.unwrap(); // mode becomes read
+    let r1 = lock.try_read(&other).await.unwrap().expect("read mode");
+    let r2 = lock.try_read(&other).await.unwrap().expect("re-entered");
+    assert!(lock.try_write(&c.new_owner()).await.unwrap().is_none());
+    assert!(!lock.is_write_locked().await.unwrap());
+    assert!(!lock.is_write_held_by(&me).await.unwrap());
+    assert!(lock.force_unlock_read().await.unwrap());
+    assert!(!lock.is_read_locked().await.unwrap());
+    for guard in [reading, r1, r2] {
+        assert!(matches!(guard.unlock().await, Err(Error::NotHeld { .. })));
+    }
+}
+
+/// testMultiRead.
+#[tokio::test]
+async fn multi_read() {
+    let server = RedisServer::start();
+    let c = client(&server).await;
+    let lock = c.read_write_lock("multi-read");
+    assert!(!lock.force_unlock_read().await.unwrap());
+    let (reader1, reader2, writer) = (c.new_owner(), c.new_owner(), c.new_owner());
+    let first = lock.read(&reader1).await.unwrap();
+    assert!(lock.try_write(&writer).await.unwrap().is_none());
+    let second = lock.read(&reader2).await.unwrap();
+    first.unlock().await.unwrap();
+    assert!(lock.try_write(&writer).await.unwrap().is_none());
+    second.unlock().await.unwrap();
+    let writing = lock.try_write(&writer).await.unwrap().expect("free");
+    assert!(lock.is_write_locked().await.unwrap());
+    assert!(lock.is_write_held_by(&writer).await.unwrap());
+    writing.unlock().await.unwrap();
+    assert!(!lock.is_write_locked().await.unwrap());
+    let writing = lock.try_write(&writer).await.unwrap().expect("free again");
+    assert!(lock.force_unlock_write().await.unwrap());
+    assert!(writing.unlock().await.is_err());
+}
+
+/// testForceUnlock.
+#[tokio::test]
+async fn force_unlock_frees_only_its_own_mode() {
+    let server = RedisServer::start();
+    let c = client(&server).await;
+    let lock = c.read_write_lock("force");
+    let me = c.new_owner();
+
+    let reading = lock.read(&me).await.unwrap();
+    assert!(!lock.force_unlock_write().await.unwrap());
+    assert!(lock.is_read_locked().await.unwrap());
+    assert!(
+        !reading.is_lease_lost(),
+        "a refused force-unlock forgets nothing"
+    );
+    assert_eq!(c.renewed_holds(), 1);
+    assert!(lock.force_unlock_read().await.unwrap());
+    assert!(!lock.is_read_locked().await.unwrap());
+    within(Duration::from_secs(1), "reader told", reading.lease_lost()).await;
+
+    let writing = lock.write(&me).await.unwrap();
+    assert!(!lock.force_unlock_read().await.unwrap());
+    assert!(lock.is_write_locked().await.unwrap());
+    assert!(!writing.is_lease_lost());
+    assert!(lock.force_unlock_write().await.unwrap());
+    assert!(!lock.is_write_locked().await.unwrap());
+    assert!(!lock.is_read_locked().await.unwrap());
+    within(Duration::from_secs(1), "writer told", writing.lease_lost()).await;
+    assert_eq!(c.renewed_holds(), 0);
+}
+
+/// testHoldCount, and the Java-style unlock_read / unlock_write of detached holds.
+#[tokio::test]
+async fn hold_counts() {
+    let server = RedisServer::start();
+    let c = client(&server).await;
+    let lock = c.read_write_lock("hold-count");
+    let me = c.new_owner();
+    for write in [false, true] {
+        let count = |lock: ReadWriteLock, me: LockOwner| async move {
+            if write {
+                lock.write_hold_count(&me).await.unwrap()
+            } else {
+                lock.read_hold_count(&me).await.unwrap()
+            }
+        };
+        let take = || {
+            let (lock, me) = (lock.clone(), me.clone());
+            async move {
+                if write {
+                    lock.write(&me).await.unwrap().detach()
+                } else {
+                    lock.read(&me).await.unwrap().detach()
+                }
+            }
+        };
+        let release = || {
+            let (lock, me) = (lock.clone(), me.clone());
+            async move {
+                if write {
+                    lock.unlock_write(&me).await
+                } else {
+                    lock.unlock_read(&me).await
+                }
+            }
+        };
+        assert_eq!(count(lock.clone(), me.clone()).await, 0);
+        take().await;
+        assert_eq!(count(lock.clone(), me.clone()).await, 1);
+        release().await.unwrap();
+        assert_eq!(count(lock.clone(), me.clone()).await, 0);
+        take().await;
+        take().await;
+        assert_eq!(count(lock.clone(), me.clone()).await, 2);
+        assert_eq!(c.renewed_holds(), 1, "one registration per hold field");
+        release().await.unwrap();
+        assert_eq!(count(lock.clone(), me.clone()).await, 1);
+        release().await.unwrap();
+        assert_eq!(count(lock.clone(), me.clone()).await, 0);
+        assert!(matches!(release().await, Err(Error::NotHeld { .. })));
+        assert_eq!(c.renewed_holds(), 0);
+    }
+    assert_eq!(server.command(&["EXISTS", "hold-count"]), "0");
+}
+
+/// testExpireRead and testExpireWrite, with short leases.
+#[tokio::test]
+async fn expired_read_and_write_leases() {
+    let server = RedisServer::start();
+    let c = client(&server).await;
+    let lock = c.read_write_lock("expire").with_lease(fixed(400));
+
+    let first = lock.read(&c.new_owner()).await.unwrap();
+    let start = Instant::now();
+    let second = lock.read(&c.new_owner()).await.unwrap();
+    assert!(
+        start.elapsed() < Duration::from_millis(100),
+        "readers share"
+    );
+    second.unlock().await.unwrap();
+    first.unlock().await.unwrap();
+
+    let start = Instant::now();
+    let first = lock.write(&c.new_owner()).await.unwrap();
+    let second = within(
+        Duration::from_secs(2),
+        "second writer",
+        lock.write(&c.new_owner()),
+    )
+    .await
+    .unwrap();
+    let waited = start.elapsed();
+    assert!(
+        waited >= Duration::from_millis(380) && waited < Duration::from_millis(600),
+        "{waited:?}"
+    );
+    assert!(matches!(first.unlock().await, Err(Error::NotHeld { .. })));
+    second.unlock().await.unwrap();
+}
+
+/// testMultiInstanceReadLockZombieCleanup, with a short watchdog.
+#[tokio::test]
+async fn a_dead_clients_reader_is_purged_by_a_live_readers_unlock() {
+    let server = RedisServer::start();
+    let (dying, living) = (client(&server).await, client(&server).await);
+    let name = "zombie";
+    let zombie = dying.new_owner();
+    dying
+        .read_write_lock(name)
+        .read(&zombie)
+        .await
+        .unwrap()
+        .detach();
+    dying.shutdown().await; // holds are not released, renewal stops
+
+    let lock = living.read_write_lock(name);
+    let reading = lock.read(&living.new_owner()).await.unwrap();
+    // The zombie's timeout key runs out; our watchdog keeps the hash (and our key) alive.
+    let zombie_key = timeout_key(name, &zombie.to_string(), 1);
+    eventually(Duration::from_secs(3), "zombie key expired", || {
+        server.command(&["EXISTS", &zombie_key]) == "0"
+    })
+    .await;
+    assert_eq!(lock.read_hold_count(&zombie).await.unwrap(), 1);
+    reading.unlock().await.unwrap();
+    assert_eq!(server.command(&["EXISTS", name]), "0", "zombie purged");
+    lock.try_write(&living.new_owner())
+        .await
+        .unwrap()
+        .expect("free")
+        .unlock()
+        .await
+        .unwrap();
+}
+
+/// testReadLockLeaseTimeoutDiffThreadsRRW, scaled down: another reader's unlock shrinks
+/// the lock's TTL to the remaining reader's lease, and a writer gets in when that ends.
+#[tokio::test]
+async fn another_readers_unlock_shrinks_the_ttl_to_the_remaining_reader() {
+    let server = RedisServer::start();
+    let c = client(&server).await;
+    let name = "rrw";
+    let lock = c.read_write_lock(name).with_lease(fixed(2_000));
+    let a = lock.read(&c.new_owner()).await.unwrap(); // never released
+    let a_expires = Instant::now() + Duration::from_millis(2_000);
+    tokio::time::sleep(Duration::from_millis(1_000)).await;
+    let b = lock.read(&c.new_owner()).await.unwrap();
+    assert!(pttl(&server, name) > 1_900, "b's longer lease");
+    b.unlock().await.unwrap();
+    let ttl = pttl(&server, name);
+    assert!(
+        (800..=1_000).contains(&ttl),
+        "shrunk to a's remaining: {ttl}"
+    );
+    let writer = within(
+        Duration::from_secs(2),
+        "writer",
+        lock.try_write_for(&c.new_owner(), Duration::from_secs(2)),
+    )
+    .await
+    .unwrap()
+    .expect("a's lease ran out");
+    let late = Instant::now().saturating_duration_since(a_expires);
+    assert!(
+        late < Duration::from_millis(200),
+        "{late:?} after a's lease"
+    );
+    writer.unlock().await.unwrap();
+    a.detach(); // its lease ended; nothing to release
+}
