@@ -316,6 +316,12 @@ impl LockClientBuilder {
                 ))
             }
             Source::Url(url) => {
+                if uses_tls(&url) && !cfg!(feature = "tls") {
+                    // fred would connect in plain text and only log a warning.
+                    return Err(Error::invalid(
+                        "a rediss:// URL needs this crate's `tls` feature (on by default)",
+                    ));
+                }
                 let config = Config::from_url(&url)?;
                 let (redis, subscriber) = connect(config, configure).await?;
                 (redis, subscriber, true)
@@ -377,6 +383,12 @@ async fn connect(
     Ok((redis, subscriber))
 }
 
+/// Whether `url` asks for TLS (`rediss://`, `valkeys://` and their cluster and sentinel forms).
+fn uses_tls(url: &str) -> bool {
+    let scheme = url.split("://").next().unwrap_or("").to_ascii_lowercase();
+    scheme.starts_with("rediss") || scheme.starts_with("valkeys")
+}
+
 fn check_millis(what: &str, duration: Duration, min_ms: u128) -> Result<()> {
     let ms = duration.as_millis();
     if ms < min_ms {
@@ -390,4 +402,20 @@ fn check_millis(what: &str, duration: Duration, min_ms: u128) -> Result<()> {
         ));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::uses_tls;
+
+    #[test]
+    fn tells_tls_urls() {
+        assert!(uses_tls("rediss://h:6380"));
+        assert!(uses_tls("REDISS://h"));
+        assert!(uses_tls("rediss-cluster://h:1"));
+        assert!(uses_tls("valkeys://h"));
+        assert!(!uses_tls("redis://h:6379"));
+        assert!(!uses_tls("redis-sentinel://h:26379"));
+        assert!(!uses_tls("unix:///tmp/redis.sock"));
+    }
 }

@@ -1,0 +1,144 @@
+//! Unlock notifications: one subscriber connection per client, shared and reference-counted;
+//! a flooded receiver wakes everyone and keeps listening.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use fred::prelude::*;
+use redisson_lock::LockClient;
+use support::*;
+
+fn evalsha_calls(server: &RedisServer) -> u64 {
+    server
+        .command(&["INFO", "commandstats"])
+        .lines()
+        .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
+        .and_then(|rest| rest.split(',').next())
+        .map(|n| n.parse().unwrap())
+        .unwrap_or(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lagging_receiver_wakes_every_waiter_and_keeps_listening() {
+    let server = RedisServer::start();
+    // fred's message buffer cut to one message, so a burst always overflows it.
+    let mut builder = Builder::from_config(Config::from_url(&server.url()).unwrap());
+    builder
+        .set_policy(ReconnectPolicy::new_exponential(0, 50, 2_000, 2))
+        .with_performance_config(|perf| perf.broadcast_channel_capacity = 1);
+    let (redis, subscriber) = (
+        builder.build().unwrap(),
+        builder.build_subscriber_client().unwrap(),
+    );
+    redis.init().await.unwrap();
+    subscriber.init().await.unwrap();
+    let c = LockClient::builder()
+        .clients(redis, Some(subscriber))
+        .watchdog_timeout(Duration::from_secs(30))
+        .build()
+        .await
+        .unwrap();
+
+    let lock = c.lock("flooded");
+    let holder = lock.lock(&c.new_owner()).await.unwrap();
+    let waiter = tokio::spawn(lock.lock(&c.new_owner()));
+    eventually(Duration::from_secs(5), "waiter subscribed", || {
+        server
+            .command(&["PUBSUB", "NUMSUB", "redisson_lock__channel:{flooded}"])
+            .ends_with("\n1")
+    })
+    .await;
+
+    // A burst of messages the waiter ignores ("2" means nothing): only a lag wakes it.
+    server.command(&["CONFIG", "RESETSTAT"]);
+    let flood = "for i = 1, 2000 do redis.call('publish', KEYS[1], '2') end";
+    server.command(&["EVAL", flood, "1", "redisson_lock__channel:{flooded}"]);
+    eventually(
+        Duration::from_secs(5),
+        "waiter re-checked after the lag",
+        || evalsha_calls(&server) >= 1,
+    )
+    .await;
+    assert!(!waiter.is_finished(), "the lock is still held");
+
+    // Still listening: the real unlock message wakes it long before the 30 s lease.
+    let released = Instant::now();
+    holder.unlock().await.unwrap();
+    let guard = within(Duration::from_secs(2), "waiter", waiter)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        released.elapsed() < Duration::from_millis(500),
+        "{:?}",
+        released.elapsed()
+    );
+    guard.unlock().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_subscriber_connection_serves_every_waiter() {
+    let server = RedisServer::start();
+    let c = client(&server).await;
+    let holder = c.new_owner();
+    let names: Vec<String> = (0..5).map(|i| format!("shared:{i}")).collect();
+    let mut guards = Vec::new();
+    for name in &names {
+        guards.push(c.lock(name).lock(&holder).await.unwrap());
+    }
+    // Four waiters on each of five locks.
+    let mut waiters = Vec::new();
+    for name in &names {
+        for _ in 0..4 {
+            let acquire = c.lock(name).lock(&c.new_owner());
+            waiters.push(tokio::spawn(async move { acquire.await?.unlock().await }));
+        }
+    }
+    eventually(Duration::from_secs(5), "all channels subscribed", || {
+        c.subscribed_channels() == 5
+    })
+    .await;
+    for name in &names {
+        let channel = format!("redisson_lock__channel:{{{name}}}");
+        assert!(
+            server
+                .command(&["PUBSUB", "NUMSUB", &channel])
+                .ends_with("\n1"),
+            "one subscription per channel"
+        );
+    }
+    // This client has exactly two connections: commands, and the one subscriber.
+    let clients = server.command(&["CLIENT", "LIST"]);
+    let subscriptions = |line: &str| -> u32 {
+        line.split(' ')
+            .find_map(|field| field.strip_prefix("sub="))
+            .map_or(0, |n| n.parse().unwrap())
+    };
+    let subscribers: Vec<u32> = clients
+        .lines()
+        .map(subscriptions)
+        .filter(|&n| n > 0)
+        .collect();
+    assert_eq!(
+        subscribers,
+        vec![5],
+        "one connection holds all five channels: {clients}"
+    );
+    assert_eq!(clients.lines().count(), 2 + 1, "{clients}"); // plus the harness's own connection
+
+    for guard in guards {
+        guard.unlock().await.unwrap();
+    }
+    // Every waiter gets its turn; each releases, which wakes the next.
+    within(Duration::from_secs(10), "all waiters", async {
+        for waiter in waiters {
+            waiter.await.unwrap().unwrap();
+        }
+    })
+    .await;
+    eventually(Duration::from_secs(2), "channels released", || {
+        c.subscribed_channels() == 0 && server.command(&["PUBSUB", "CHANNELS"]).is_empty()
+    })
+    .await;
+}

@@ -1,0 +1,152 @@
+//! `rediss://` end to end: a private redis-server serving TLS with a throw-away CA.
+#![cfg(feature = "tls")]
+
+mod support;
+
+use std::net::TcpListener;
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use redisson_lock::LockClient;
+use support::*;
+
+fn openssl(dir: &Path, args: &[&str]) {
+    let status = Command::new("openssl")
+        .args(args)
+        .current_dir(dir)
+        .stderr(std::process::Stdio::null())
+        .status()
+        .expect("openssl is needed for the TLS test (apt-get install -y openssl)");
+    assert!(status.success(), "openssl {args:?} failed");
+}
+
+/// A CA and a certificate for localhost/127.0.0.1 signed by it, in `dir`.
+fn certificates(dir: &Path) {
+    openssl(
+        dir,
+        &[
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            "ca.key",
+            "-out",
+            "ca.crt",
+            "-days",
+            "2",
+            "-subj",
+            "/CN=redisson-lock test CA",
+        ],
+    );
+    openssl(
+        dir,
+        &[
+            "req",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            "server.key",
+            "-out",
+            "server.csr",
+            "-subj",
+            "/CN=localhost",
+        ],
+    );
+    std::fs::write(dir.join("ext"), "subjectAltName=DNS:localhost,IP:127.0.0.1").unwrap();
+    openssl(
+        dir,
+        &[
+            "x509",
+            "-req",
+            "-in",
+            "server.csr",
+            "-CA",
+            "ca.crt",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-out",
+            "server.crt",
+            "-days",
+            "2",
+            "-extfile",
+            "ext",
+        ],
+    );
+}
+
+#[tokio::test]
+async fn a_rediss_url_locks_over_tls() {
+    let server = RedisServer::start();
+    let dir = server.dir().to_path_buf();
+    certificates(&dir);
+    let tls_port = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let path = |file: &str| dir.join(file).to_string_lossy().into_owned();
+    let (cert, key, ca) = (path("server.crt"), path("server.key"), path("ca.crt"));
+    let set = server.command(&[
+        "CONFIG",
+        "SET",
+        "tls-cert-file",
+        &cert,
+        "tls-key-file",
+        &key,
+        "tls-ca-cert-file",
+        &ca,
+        "tls-auth-clients",
+        "no",
+    ]);
+    assert_eq!(set, "OK");
+    assert_eq!(
+        server.command(&["CONFIG", "SET", "tls-port", &tls_port.to_string()]),
+        "OK"
+    );
+    // Trust the throw-away CA: rustls' root store honours SSL_CERT_FILE. This binary holds
+    // only this test, so the variable touches nothing else.
+    std::env::set_var("SSL_CERT_FILE", &ca);
+
+    let client = LockClient::builder()
+        .url(&format!("rediss://localhost:{tls_port}"))
+        .watchdog_timeout(Duration::from_millis(900))
+        .build()
+        .await
+        .expect("TLS connection");
+    let lock = client.lock("over-tls");
+    let me = client.new_owner();
+    let guard = lock.lock(&me).await.unwrap();
+    // The hold is really in this server (seen through its plain port).
+    assert_eq!(server.command(&["HGET", "over-tls", &me.to_string()]), "1");
+    // Waiting works over the TLS subscriber connection too.
+    let waiter = tokio::spawn(lock.lock(&client.new_owner()));
+    eventually(Duration::from_secs(5), "waiter subscribed", || {
+        client.subscribed_channels() == 1
+    })
+    .await;
+    guard.unlock().await.unwrap();
+    within(Duration::from_secs(2), "waiter", waiter)
+        .await
+        .unwrap()
+        .unwrap()
+        .unlock()
+        .await
+        .unwrap();
+    client.shutdown().await;
+
+    // A plain-text server behind a rediss:// URL is an error, not a silent downgrade.
+    let result = LockClient::builder()
+        .url(&format!("rediss://localhost:{}", server.port()))
+        .command_timeout(Duration::from_millis(500))
+        .build()
+        .await;
+    assert!(
+        result.is_err(),
+        "TLS handshake against a plain port must fail"
+    );
+}
