@@ -8,7 +8,7 @@ mod support;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use redisson_lock::{Error, FencedLock, Lease, LockOwner};
+use redisson_lock::{Error, FencedLock, Lease, LockClient, LockOwner};
 use support::*;
 
 const SECOND: Duration = Duration::from_secs(1);
@@ -324,4 +324,76 @@ async fn handles_report_their_settings() {
     assert!(lock.is_held_by(&owner).await.unwrap());
     lock.unlock(&owner).await.unwrap();
     assert!(!lock.is_locked().await.unwrap());
+}
+
+/// Run by `tokens_strictly_increase_across_processes` in a child process: takes 20 fenced
+/// holds one after the other and prints each token.
+#[tokio::test]
+#[ignore = "a child process of another test"]
+async fn token_taker_process() {
+    let Ok(url) = std::env::var("REDISSON_LOCK_TOKEN_URL") else {
+        return;
+    };
+    let client = LockClient::connect(&url).await.unwrap();
+    let lock = client.fenced_lock("cross-process");
+    let me = client.new_owner();
+    for _ in 0..20 {
+        let guard = lock.lock(&me).await.unwrap();
+        println!("TOKEN {}", guard.token());
+        guard.unlock().await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokens_strictly_increase_across_processes() {
+    use std::io::{BufRead, BufReader};
+    use std::process::{Command, Stdio};
+
+    let server = RedisServer::start();
+    let child = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "token_taker_process",
+            "--exact",
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env("REDISSON_LOCK_TOKEN_URL", server.url())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    // This process takes its own 20 holds while the child takes its 20.
+    let client = LockClient::connect(&server.url()).await.unwrap();
+    let lock = client.fenced_lock("cross-process");
+    let me = client.new_owner();
+    let mut ours = Vec::new();
+    for _ in 0..20 {
+        let guard = lock.lock(&me).await.unwrap();
+        ours.push(guard.token());
+        guard.unlock().await.unwrap();
+    }
+    let output = tokio::task::spawn_blocking(move || child.wait_with_output().unwrap())
+        .await
+        .unwrap();
+    assert!(output.status.success());
+    let theirs: Vec<u64> = BufReader::new(&output.stdout[..])
+        .lines()
+        .filter_map(|line| {
+            line.ok()?
+                .split_once("TOKEN ")
+                .map(|(_, t)| t.trim().parse().unwrap())
+        })
+        .collect();
+    assert_eq!(theirs.len(), 20, "the child took 20 holds");
+    for tokens in [&ours, &theirs] {
+        assert!(
+            tokens.windows(2).all(|w| w[0] < w[1]),
+            "each process sees increasing tokens: {tokens:?}"
+        );
+    }
+    // Every acquisition anywhere took the next number exactly once.
+    let mut all: Vec<u64> = ours.iter().chain(&theirs).copied().collect();
+    all.sort_unstable();
+    assert_eq!(all, (1..=40).collect::<Vec<u64>>());
 }
