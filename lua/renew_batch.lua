@@ -12,7 +12,8 @@ local ttl = ARGV[1]
 local renewed = {}
 for i, key in ipairs(KEYS) do
     local owner = ARGV[i + 1]
-    if redis.call('type', key).ok == 'hash' and redis.call('hexists', key, owner) == 1 then
+    -- pcall: a key that is no longer a hash answers with an error table, not 1.
+    if redis.pcall('hexists', key, owner) == 1 then
         redis.call('pexpire', key, ttl)
         renewed[i] = 1
     else

@@ -201,6 +201,7 @@ pub struct LockClientBuilder {
     name_prefix: String,
     command_timeout: Duration,
     fair_wait_timeout: Duration,
+    renew_by_slot: Option<bool>,
 }
 
 impl fmt::Debug for LockClientBuilder {
@@ -222,6 +223,7 @@ impl Default for LockClientBuilder {
             name_prefix: String::new(),
             command_timeout: Duration::from_secs(3),
             fair_wait_timeout: Duration::from_secs(300),
+            renew_by_slot: None,
         }
     }
 }
@@ -266,6 +268,15 @@ impl LockClientBuilder {
     /// How long one Redis command may take, waiting for a reconnect included.
     pub fn command_timeout(mut self, timeout: Duration) -> Self {
         self.command_timeout = timeout;
+        self
+    }
+
+    /// Whether each watchdog renewal script covers holds of one cluster slot only. A
+    /// cluster needs it and gets it by default. Turn it on for a proxy that fronts a
+    /// cluster behind a single address (such proxies refuse scripts whose keys span
+    /// slots). Off, any 100 holds share a script: far fewer scripts when names differ.
+    pub fn group_renewals_by_slot(mut self, by_slot: bool) -> Self {
+        self.renew_by_slot = Some(by_slot);
         self
     }
 
@@ -360,6 +371,7 @@ impl LockClientBuilder {
             command_timeout,
             flavour,
             fair_wait_timeout: self.fair_wait_timeout,
+            renew_by_slot: self.renew_by_slot.unwrap_or(flavour == Flavour::Sharded),
         };
         Ok(LockClient {
             engine: Engine::start(redis, subscriber, settings, owns_redis),

@@ -91,6 +91,8 @@ pub(crate) struct Settings {
     /// The fair lock's per-waiter wait when the call gives none (Redisson's
     /// `fairLockWaitTimeout`).
     pub(crate) fair_wait_timeout: Duration,
+    /// Whether each renewal script covers holds of one cluster slot only.
+    pub(crate) renew_by_slot: bool,
 }
 
 pub(crate) struct Engine {
@@ -123,7 +125,7 @@ impl Engine {
             redis: redis.clone(),
             timeout: settings.command_timeout,
         };
-        let watchdog = Watchdog::new(settings.watchdog_timeout);
+        let watchdog = Watchdog::new(settings.watchdog_timeout, settings.renew_by_slot);
         tokio::spawn(watchdog.clone().run(scripts.clone()));
         let latches = Latches::new();
         tokio::spawn(latches.clone().run(redis.clone(), shutdown_rx.clone()));

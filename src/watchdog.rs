@@ -2,7 +2,8 @@
 //! alive (protocol §3.7), and tells the holders when a hold is lost.
 //!
 //! Every `watchdog_timeout / 3` the task renews all registered holds with one script per
-//! batch of at most 100 holds of the same cluster slot and the same [`Renew`] kind: plain
+//! batch of at most 100 holds of the same [`Renew`] kind (and, on clusters, of the same
+//! cluster slot): plain
 //! holds by their field, read-write readers also by their timeout keys (protocol §5.6). A
 //! hold whose field is gone (expired, force-unlocked, or the data was lost) is dropped from
 //! the registry and its guards' `lease_lost()` fires; so does a hold that could not be
@@ -73,6 +74,8 @@ pub(crate) struct Watchdog {
     registry: Mutex<Registry>,
     next_id: AtomicU64,
     timeout: Duration,
+    /// Group holds by cluster slot (else every hold is filed under slot 0).
+    by_slot: bool,
     /// Wakes the task when the first hold is registered.
     wake: Notify,
 }
@@ -81,7 +84,9 @@ pub(crate) struct Watchdog {
 pub(crate) type LostSignal = watch::Receiver<bool>;
 
 impl Watchdog {
-    pub(crate) fn new(timeout: Duration) -> Arc<Watchdog> {
+    /// `by_slot`: put only holds of one cluster slot in a script (clusters, and proxies in
+    /// front of them, refuse scripts across slots); otherwise any 100 holds share one.
+    pub(crate) fn new(timeout: Duration, by_slot: bool) -> Arc<Watchdog> {
         Arc::new(Watchdog {
             registry: Mutex::new(Registry {
                 holds: HashMap::new(),
@@ -89,6 +94,7 @@ impl Watchdog {
             }),
             next_id: AtomicU64::new(1),
             timeout,
+            by_slot,
             wake: Notify::new(),
         })
     }
@@ -101,7 +107,11 @@ impl Watchdog {
         let first = registry.holds.is_empty();
         let entry = registry.holds.entry(hold.clone()).or_insert_with(|| Entry {
             id: self.next_id.fetch_add(1, Ordering::Relaxed),
-            slot: fred::util::redis_keyslot(hold.key.as_bytes()),
+            slot: if self.by_slot {
+                fred::util::redis_keyslot(hold.key.as_bytes())
+            } else {
+                0
+            },
             refs: 0,
             expires: sent_at + self.timeout,
             lost: watch::channel(false).0,

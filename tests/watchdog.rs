@@ -58,10 +58,11 @@ async fn a_deleted_hold_is_reported_lost_at_the_next_renewal() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn holds_are_renewed_in_batches_of_at_most_one_hundred() {
+/// Takes 250 holds with distinct names (spread over ~250 slots), then counts the renewal
+/// scripts over about four ticks and checks every lease was kept up.
+async fn renew_250_distinct_holds(by_slot: bool) -> (u64, u64) {
     let server = RedisServer::start();
-    let c = client(&server).await;
+    let c = client_with(&server, |b| b.group_renewals_by_slot(by_slot)).await;
     let me = c.new_owner();
     let mut guards = Vec::new();
     for i in 0..250 {
@@ -71,15 +72,8 @@ async fn holds_are_renewed_in_batches_of_at_most_one_hundred() {
     server.command(&["CONFIG", "RESETSTAT"]);
     let start = Instant::now();
     tokio::time::sleep(Duration::from_millis(1200)).await;
-    let elapsed = start.elapsed();
     let calls = evalsha_calls(&server);
-    // Four or five ticks of 300 ms, each one script per 100 holds of one slot. The 250
-    // keys spread over up to 250 slots, so the bound is per slot group: at most one call
-    // per distinct slot and 100 holds.
-    let ticks = elapsed.as_millis() as u64 / 300 + 1;
-    assert!(calls >= 1, "renewal ran");
-    assert!(calls <= ticks * 250, "{calls} calls in {ticks} ticks");
-    // Every lease was kept up.
+    let ticks = start.elapsed().as_millis() as u64 / 300 + 1;
     for i in 0..250 {
         let pttl: i64 = server
             .command(&["PTTL", &format!("batch:{i}")])
@@ -90,6 +84,29 @@ async fn holds_are_renewed_in_batches_of_at_most_one_hundred() {
     for guard in guards {
         guard.unlock().await.unwrap();
     }
+    (calls, ticks)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn holds_are_renewed_in_batches_of_at_most_one_hundred() {
+    // A single server: any 100 holds share a script, whatever their slots.
+    let (calls, ticks) = renew_250_distinct_holds(false).await;
+    assert!(calls >= 3, "at least one tick of 3 batches: {calls}");
+    assert!(
+        calls <= ticks * 3,
+        "{calls} calls in {ticks} ticks: not batched"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn renewals_grouped_by_slot_for_proxies_still_renew_everything() {
+    // Forced slot grouping (for a proxy in front of a cluster): one script per slot group.
+    let (calls, ticks) = renew_250_distinct_holds(true).await;
+    assert!(
+        calls > ticks * 3,
+        "one script per slot, not per 100 holds: {calls}"
+    );
+    assert!(calls <= ticks * 250, "{calls} calls in {ticks} ticks");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -136,4 +153,30 @@ async fn an_idle_client_sends_no_renewals() {
     server.command(&["CONFIG", "RESETSTAT"]);
     tokio::time::sleep(Duration::from_millis(700)).await;
     assert_eq!(evalsha_calls(&server), 0);
+}
+
+#[tokio::test]
+async fn a_key_overwritten_with_another_type_loses_only_its_own_hold() {
+    let server = RedisServer::start();
+    let c = client(&server).await;
+    let me = c.new_owner();
+    let kept = c.lock("kept-in-batch").lock(&me).await.unwrap();
+    let clobbered = c.lock("clobbered").lock(&me).await.unwrap();
+    // Someone replaces one lock's hash with a string: one renewal batch holds both.
+    server.command(&["SET", "clobbered", "not a lock"]);
+    within(
+        Duration::from_secs(2),
+        "lease_lost of the clobbered hold",
+        clobbered.lease_lost(),
+    )
+    .await;
+    // The other hold of the same batch is still renewed well past its 900 ms lease.
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    assert!(!kept.is_lease_lost());
+    assert_eq!(
+        server.command(&["HGET", "kept-in-batch", &me.to_string()]),
+        "1"
+    );
+    assert_eq!(server.command(&["GET", "clobbered"]), "not a lock");
+    kept.unlock().await.unwrap();
 }
