@@ -1,5 +1,8 @@
--- Fair acquire, timed form (RFairLock: lock() and tryLock with a wait). Redisson protocol §4.3,
--- with the stale-head purge of §4.2. With ARGV[5], the non-reentrant fair acquire of §8.3.
+-- Fair acquire (RFairLock), both forms: the timed one of lock() and tryLock with a wait
+-- (Redisson protocol §4.3), which joins the queue, and the no-wait one of tryLock() (§4.4),
+-- which never does; with the stale-head purge of §4.2. With ARGV[6], the non-reentrant fair
+-- acquire of §8.3. (Redisson sends the two forms as two scripts whose ARGV[3] and ARGV[4]
+-- are swapped; only the data they write is shared, and it is the same.)
 --
 -- KEYS[1]  lock hash <raw>
 -- KEYS[2]  waiting list redisson_lock_queue:{<raw>} (owner fields, head = next in line)
@@ -8,12 +11,14 @@
 -- ARGV[2]  owner field <client uuid>:<owner id>
 -- ARGV[3]  this waiter's wait in ms: how long it may stall the queue without being seen
 -- ARGV[4]  now: the caller's wall clock in epoch ms
--- ARGV[5]  optional: the error message "NON_REENTRANT_REACQUIRE" (NonReentrantFairLock);
+-- ARGV[5]  "1" to join the queue when the lock cannot be had (timed form), "0" not to
+-- ARGV[6]  optional: the error message "NON_REENTRANT_REACQUIRE" (NonReentrantFairLock);
 --          when given, a re-entry is refused with this error reply and nothing is written
 --
 -- Reply: nil when the hold was taken (the lock was free and the owner is next in line, or
 --        nobody waits) or re-entered; the TTL is then set to the lease.
---        Otherwise an integer estimate in ms of the wait ahead, which may be 0 or negative:
+--        No-wait form: otherwise 1, and nothing was written.
+--        Timed form: otherwise an integer estimate in ms of the wait ahead, which may be 0 or negative:
 --        for an owner already queued, the holder's PTTL (at least 0); for a new waiter, the
 --        time until the last waiter's deadline (or the holder's PTTL when nobody waits).
 -- A new waiter is appended to the list, with the deadline <that estimate> + now + wait.
@@ -25,7 +30,7 @@
 -- when its deadline passes (and the purge drops it), not when the old holder's lease would
 -- have ended. The data written is Java's.
 local key, queue, deadlines = KEYS[1], KEYS[2], KEYS[3]
-local lease, owner, refuse_reentry = ARGV[1], ARGV[2], ARGV[5]
+local lease, owner, join, refuse_reentry = ARGV[1], ARGV[2], ARGV[5] == '1', ARGV[6]
 local wait, now = tonumber(ARGV[3]), tonumber(ARGV[4])
 
 -- Waiters at the head whose deadline passed stopped asking: drop them. Only heads go;
@@ -66,6 +71,10 @@ if redis.call('hexists', key, owner) == 1 then
     redis.call('hincrby', key, owner, 1)
     redis.call('pexpire', key, lease)
     return nil
+end
+
+if not join then
+    return 1
 end
 
 if redis.call('zscore', deadlines, owner) then

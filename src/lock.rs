@@ -16,9 +16,9 @@ use crate::fair_lock::{epoch_millis, Pace, QueueExit};
 use crate::guard::{release_in_background, Lease, Renewal};
 use crate::keys::{self, LockKeys, READ_UNLOCK_MESSAGE, UNLOCK_MESSAGE};
 use crate::script::{
-    Script, FAIR_ACQUIRE, FAIR_ACQUIRE_FAILED, FAIR_FORCE_RELEASE, FAIR_RELEASE, FAIR_TRY_ACQUIRE,
-    LOCK_ACQUIRE, LOCK_FORCE_RELEASE, LOCK_RELEASE, READ_ACQUIRE, READ_FORCE_RELEASE, READ_LOCKED,
-    READ_RELEASE, WRITE_ACQUIRE, WRITE_FORCE_RELEASE, WRITE_RELEASE,
+    Script, FAIR_ACQUIRE, FAIR_ACQUIRE_FAILED, FAIR_FORCE_RELEASE, FAIR_RELEASE, LOCK_ACQUIRE,
+    LOCK_FORCE_RELEASE, LOCK_RELEASE, READ_ACQUIRE, READ_FORCE_RELEASE, READ_LOCKED, READ_RELEASE,
+    WRITE_ACQUIRE, WRITE_FORCE_RELEASE, WRITE_RELEASE,
 };
 use crate::watchdog::{millis, HoldKey, Renew};
 use crate::LockOwner;
@@ -528,18 +528,12 @@ impl Lock {
                 let owner = Value::from(&**owner.field());
                 let now = Value::from(epoch_millis());
                 let wait_ms = Value::from(self.fair_wait_ms(wait));
-                match wait {
-                    // The no-wait form never queues; note its ARGV order.
-                    Wait::Once => Call {
-                        script: &FAIR_TRY_ACQUIRE,
-                        keys,
-                        args: self.with_refusal(vec![lease, owner, now, wait_ms]),
-                    },
-                    Wait::Until(..) | Wait::Forever => Call {
-                        script: &FAIR_ACQUIRE,
-                        keys,
-                        args: self.with_refusal(vec![lease, owner, wait_ms, now]),
-                    },
+                // The no-wait form (one attempt) never joins the queue.
+                let join = Value::from(if matches!(wait, Wait::Once) { "0" } else { "1" });
+                Call {
+                    script: &FAIR_ACQUIRE,
+                    keys,
+                    args: self.with_refusal(vec![lease, owner, wait_ms, now, join]),
                 }
             }
             Kind::Read => Call {

@@ -40,7 +40,6 @@ scripts! {
     LOCK_FORCE_RELEASE => "lock_force_release",
     RENEW_BATCH => "renew_batch",
     FAIR_ACQUIRE => "fair_acquire",
-    FAIR_TRY_ACQUIRE => "fair_try_acquire",
     FAIR_ACQUIRE_FAILED => "fair_acquire_failed",
     FAIR_RELEASE => "fair_release",
     FAIR_FORCE_RELEASE => "fair_force_release",
