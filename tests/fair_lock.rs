@@ -786,12 +786,12 @@ async fn try_lock_never_joins_the_queue() {
     third.unlock().await.unwrap();
     assert_no_queue(&server, name);
 
-    // The no-wait form purges expired heads by `now` (its ARGV[3])...
+    // The no-wait form purges expired heads by `now`...
     enqueue_java(&server, name, &java_owner(15), now_ms() - 1);
     let fourth = lock.try_lock(&owner(105)).await.unwrap().unwrap();
     fourth.unlock().await.unwrap();
     assert_no_queue(&server, name);
-    // ...and moves the others up by the client's wait (its ARGV[4]) when the owner first
+    // ...and moves the others up by the client's wait when the owner first
     // in line takes the lock.
     let behind_deadline = now_ms() + 60_000;
     enqueue_java(&server, name, &owner(106).to_string(), now_ms() + 30_000);
