@@ -857,3 +857,90 @@ async fn reentrancy_hold_count_and_is_locked() {
     assert!(!lock.is_locked().await.unwrap());
     assert_no_queue(&server, name);
 }
+
+/// §11.4 testNameMapper: with a name prefix, the queue and deadline keys are built from the
+/// prefixed name (as Redisson 3.52+ does), and the lock works.
+#[tokio::test]
+async fn the_name_prefix_maps_the_queue_keys_too() {
+    let server = RedisServer::start();
+    let c = client_with(&server, |b| b.name_prefix("test::")).await;
+    let lock = c.fair_lock("lock");
+    let holder = lock.lock(&c.new_owner()).await.unwrap();
+    assert!(lock.is_locked().await.unwrap());
+    let waiter = c.new_owner();
+    let pending = spawn_lock(&lock, &waiter);
+    queue_reaches(&server, "test::lock", 1).await;
+    assert_eq!(queued(&server, "test::lock"), vec![waiter.to_string()]);
+    assert!(deadline(&server, "test::lock", &waiter.to_string()).is_some());
+    assert_eq!(server.command(&["EXISTS", &queue_key("lock")]), "0");
+    holder.unlock().await.unwrap();
+    let (guard, _, _) = within(Duration::from_secs(2), "waiter", pending)
+        .await
+        .unwrap();
+    guard.unlock().await.unwrap();
+    assert!(!lock.is_locked().await.unwrap());
+    assert_no_queue(&server, "test::lock");
+}
+
+/// §11.4 testAcquireFailedNotCalledOnRedisTimeout, adapted: while Redis refuses writes
+/// (`CLIENT PAUSE … WRITE`), a queued waiter's `try_lock_for` ends within the pause instead
+/// of waiting out its minute; Redisson returns false there, ours reports the timeout as a
+/// retryable error (or `None`). Once writes resume, the waiter has left the queue.
+#[tokio::test]
+async fn a_queued_waiter_ends_during_a_write_pause_and_leaves_the_queue_after_it() {
+    let server = RedisServer::start();
+    let c = client_with(&server, |b| b.command_timeout(Duration::from_millis(500))).await;
+    let lock = c.fair_lock("paused");
+    // The waiters sleep until the holder's lease would end (3 s; Redisson's test: 10 s), then
+    // look again, which the pause answers with timeouts.
+    let holder = lock
+        .clone()
+        .with_lease(Lease::Fixed(Duration::from_secs(3)))
+        .lock(&c.new_owner())
+        .await
+        .unwrap();
+    // A waiter in lock() rides out outages shorter than watchdog_timeout (900 ms here, 30 s
+    // by default): this pause is longer, so it may end with a retryable error too.
+    let second = tokio::spawn(lock.lock(&c.new_owner()));
+    queue_reaches(&server, "paused", 1).await;
+    let waiter = c.new_owner();
+    let timed = tokio::spawn(lock.try_lock_for(&waiter, Duration::from_secs(60)));
+    queue_reaches(&server, "paused", 2).await;
+
+    server.command(&["CLIENT", "PAUSE", "30000", "WRITE"]);
+    let start = Instant::now();
+    let outcome = within(
+        Duration::from_secs(20),
+        "try_lock_for during the pause",
+        timed,
+    )
+    .await
+    .unwrap();
+    match outcome {
+        Ok(None) => {}
+        Err(error) => assert!(error.is_retryable(), "{error:?}"),
+        Ok(Some(_)) => panic!("the lock is held, and expiry is paused with the writes"),
+    }
+    assert!(start.elapsed() < Duration::from_secs(20));
+
+    server.command(&["CLIENT", "UNPAUSE"]);
+    eventually(Duration::from_secs(5), "the waiter left the queue", || {
+        !queued(&server, "paused").contains(&waiter.to_string())
+    })
+    .await;
+    assert_eq!(deadline(&server, "paused", &waiter.to_string()), None);
+    drop(holder); // its 3 s lease may be over by now: release in the background if not
+    match within(Duration::from_secs(5), "second waiter", second)
+        .await
+        .unwrap()
+    {
+        Ok(guard) => guard.unlock().await.unwrap(),
+        Err(error) => assert!(error.is_retryable(), "{error:?}"),
+    }
+    eventually(
+        Duration::from_secs(5),
+        "every waiter left the queue",
+        || server.command(&["EXISTS", &queue_key("paused"), &timeouts_key("paused")]) == "0",
+    )
+    .await;
+}
