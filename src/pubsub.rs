@@ -4,14 +4,16 @@
 //! background task (the only one that talks to the subscriber connection, so SUBSCRIBE and
 //! UNSUBSCRIBE reach the server in the order they were decided) subscribes, confirms each
 //! batch with a PING on the same connection (fred's `subscribe()` returns before the server
-//! has processed it), unsubscribes channels nobody waits on, and dispatches messages.
+//! has processed it), unsubscribes channels nobody has waited on for a moment (`LINGER`),
+//! and dispatches messages.
 //!
 //! A message is a hint, never a promise: waiters always bound their wait by the holder's
 //! TTL. So whenever messages may have been missed (fred's broadcast buffer lagged, the
 //! connection came back) every waiter is woken to check again.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
+use std::time::Duration;
 
 use fred::clients::SubscriberClient;
 use fred::error::Error as RedisError;
@@ -19,6 +21,7 @@ use fred::interfaces::{ClientLike, EventInterface, PubsubInterface};
 use fred::types::Value;
 use parking_lot::Mutex;
 use tokio::sync::{broadcast, mpsc, oneshot, watch, Notify};
+use tokio::time::Instant;
 
 use crate::error::{Error, Result};
 
@@ -66,7 +69,14 @@ struct Channel {
     notify: Arc<Notify>,
     /// Set once the server has confirmed the subscription.
     subscribed: bool,
+    /// When the last reference went, if none was taken since.
+    idle_since: Option<Instant>,
 }
+
+/// How long a channel stays subscribed after its last waiter left. A waiter that comes back
+/// within this time (an owner taking the same lock in a loop, a fair waiter on its own
+/// channel) finds the subscription confirmed: no SUBSCRIBE, PING and UNSUBSCRIBE again.
+const LINGER: Duration = Duration::from_millis(500);
 
 type Channels = Mutex<HashMap<Arc<str>, Channel>>;
 
@@ -91,6 +101,7 @@ impl PubSub {
         let channels: Arc<Channels> = Arc::default();
         let (requests, request_rx) = mpsc::unbounded_channel();
         let task = Task {
+            lingering: VecDeque::new(),
             messages: subscriber.message_rx(),
             reconnects: subscriber.reconnect_rx(),
             subscriber,
@@ -113,8 +124,10 @@ impl PubSub {
                 refs: 0,
                 notify: Arc::new(Notify::new()),
                 subscribed: false,
+                idle_since: None,
             });
             entry.refs += 1;
+            entry.idle_since = None;
             let subscription = Subscription {
                 channel: channel.into(),
                 notify: entry.notify.clone(),
@@ -192,6 +205,8 @@ fn wake_all(channels: &Channels) {
 
 struct Task {
     subscriber: SubscriberClient,
+    /// Channels whose last waiter left, with when to unsubscribe them (in that order).
+    lingering: VecDeque<(Instant, Arc<str>)>,
     flavour: Flavour,
     channels: Arc<Channels>,
     messages: broadcast::Receiver<fred::types::Message>,
@@ -221,6 +236,9 @@ impl Task {
                     Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => self.resubscribe().await,
                     Err(broadcast::error::RecvError::Closed) => break,
                 },
+                _ = sleep_until_first(&self.lingering), if !self.lingering.is_empty() => {
+                    self.expire_idle().await;
+                }
                 request = requests.recv() => match request {
                     Some(request) => {
                         let mut batch = vec![request];
@@ -252,10 +270,36 @@ impl Task {
         }
     }
 
+    /// Unsubscribes the channels that stayed without a waiter for LINGER.
+    async fn expire_idle(&mut self) {
+        let now = Instant::now();
+        let mut expired = Vec::new();
+        {
+            let mut channels = self.channels.lock();
+            while self.lingering.front().is_some_and(|(due, _)| *due <= now) {
+                let (_, channel) = self.lingering.pop_front().expect("checked above");
+                // Skip a channel taken again (or idle again since, with a later entry).
+                let idle = channels.get(&channel).is_some_and(|entry| {
+                    entry.refs == 0 && entry.idle_since.is_some_and(|since| since + LINGER <= now)
+                });
+                if idle {
+                    let entry = channels.remove(&channel).expect("checked above");
+                    if entry.subscribed {
+                        expired.push(channel);
+                    }
+                }
+            }
+        }
+        if !expired.is_empty() {
+            if let Err(error) = self.unsubscribe(&expired).await {
+                tracing::debug!(%error, "unsubscribe failed");
+            }
+        }
+    }
+
     /// Applies a batch of requests in order, with one PING to confirm the subscriptions.
     async fn handle(&mut self, batch: Vec<Request>) {
         let mut to_subscribe = Vec::new();
-        let mut to_unsubscribe = Vec::new();
         let mut waiting = Vec::new();
         {
             let mut channels = self.channels.lock();
@@ -269,18 +313,18 @@ impl Task {
                             if !to_subscribe.contains(&channel) {
                                 to_subscribe.push(channel.clone());
                             }
-                            to_unsubscribe.retain(|c| *c != channel);
                             waiting.push((channel, done));
                         }
                         // Every reference is gone already: nobody needs the answer.
                         None => {}
                     },
                     Request::Release(channel) => {
-                        if channels.get(&channel).is_some_and(|entry| entry.refs == 0) {
-                            let entry = channels.remove(&channel).expect("checked above");
-                            to_subscribe.retain(|c| *c != channel);
-                            if entry.subscribed {
-                                to_unsubscribe.push(channel);
+                        // Unsubscribed after LINGER, unless a waiter comes back meanwhile.
+                        if let Some(entry) = channels.get_mut(&channel) {
+                            if entry.refs == 0 && entry.idle_since.is_none() {
+                                let now = Instant::now();
+                                entry.idle_since = Some(now);
+                                self.lingering.push_back((now + LINGER, channel));
                             }
                         }
                     }
@@ -288,11 +332,6 @@ impl Task {
             }
         }
 
-        if !to_unsubscribe.is_empty() {
-            if let Err(error) = self.unsubscribe(&to_unsubscribe).await {
-                tracing::debug!(%error, "unsubscribe failed");
-            }
-        }
         if to_subscribe.is_empty() {
             for (_, done) in waiting {
                 let _ = done.send(Ok(()));
@@ -349,6 +388,13 @@ impl Task {
             }
         }
         wake_all(&self.channels);
+    }
+}
+
+/// Sleeps until the first lingering channel is due.
+async fn sleep_until_first(lingering: &VecDeque<(Instant, Arc<str>)>) {
+    if let Some((due, _)) = lingering.front() {
+        tokio::time::sleep_until(*due).await;
     }
 }
 

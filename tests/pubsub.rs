@@ -142,3 +142,63 @@ async fn one_subscriber_connection_serves_every_waiter() {
     })
     .await;
 }
+
+fn subscribe_calls(server: &RedisServer) -> u64 {
+    server
+        .command(&["INFO", "commandstats"])
+        .lines()
+        .find_map(|l| l.strip_prefix("cmdstat_subscribe:calls="))
+        .and_then(|rest| rest.split(',').next())
+        .map_or(0, |n| n.parse().unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_channel_lingers_briefly_so_a_returning_waiter_skips_subscribing() {
+    let server = RedisServer::start();
+    let c = client(&server).await;
+    let lock = c.lock("linger");
+    let holder = c.new_owner();
+    let waiter = c.new_owner();
+
+    // Round one: the waiter subscribes, gets the lock, releases; its channel stays.
+    let held = lock.lock(&holder).await.unwrap();
+    let pending = tokio::spawn(lock.lock(&waiter));
+    eventually(Duration::from_secs(5), "subscribed", || {
+        subscribe_calls(&server) == 1
+    })
+    .await;
+    held.unlock().await.unwrap();
+    pending.await.unwrap().unwrap().unlock().await.unwrap();
+
+    // Round two, within the linger: the subscription is reused, no SUBSCRIBE is sent, and
+    // the waiter is still woken by the unlock message.
+    let held = lock.lock(&holder).await.unwrap();
+    let before = evalsha_calls(&server);
+    let pending = tokio::spawn(lock.lock(&waiter));
+    // Its first attempt and its attempt after subscribing: it went through subscribing.
+    eventually(Duration::from_secs(5), "two attempts", || {
+        evalsha_calls(&server) >= before + 2
+    })
+    .await;
+    let released = Instant::now();
+    held.unlock().await.unwrap();
+    pending.await.unwrap().unwrap().unlock().await.unwrap();
+    assert!(
+        released.elapsed() < Duration::from_millis(300),
+        "{:?}",
+        released.elapsed()
+    );
+    assert_eq!(
+        subscribe_calls(&server),
+        1,
+        "the lingering subscription was reused"
+    );
+
+    // With nobody waiting, the channel goes after the linger (500 ms).
+    eventually(
+        Duration::from_secs(3),
+        "unsubscribed after the linger",
+        || c.subscribed_channels() == 0 && server.command(&["PUBSUB", "CHANNELS"]).is_empty(),
+    )
+    .await;
+}
