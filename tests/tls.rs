@@ -12,12 +12,13 @@ use redisson_lock::LockClient;
 use support::*;
 
 fn openssl(dir: &Path, args: &[&str]) {
-    let status = Command::new("openssl")
+    // Installed on demand, like redis-server (fresh Debian images lack the command).
+    let status = Command::new(support::server::ensure_installed("openssl", "openssl"))
         .args(args)
         .current_dir(dir)
         .stderr(std::process::Stdio::null())
         .status()
-        .expect("openssl is needed for the TLS test (apt-get install -y openssl)");
+        .expect("run openssl");
     assert!(status.success(), "openssl {args:?} failed");
 }
 

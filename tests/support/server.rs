@@ -19,10 +19,7 @@ use std::sync::OnceLock;
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
-const INSTALL_HINT: &str = "sudo apt-get install -y redis-server";
 const APT_LOCK: &str = "/tmp/redisson-lock-apt.lock";
-const APT_SCRIPT: &str = "command -v redis-server >/dev/null || (apt-get update -qq && \
-     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server)";
 
 /// How long a freshly spawned server may take to answer `PING`.
 const START_TIMEOUT: Duration = Duration::from_secs(10);
@@ -37,18 +34,20 @@ const COMMAND_TIMEOUT: Duration = Duration::from_secs(30);
 pub fn ensure_redis_server() -> PathBuf {
     static BINARY: OnceLock<PathBuf> = OnceLock::new();
     BINARY
-        .get_or_init(|| {
-            if let Some(path) = find_executable("redis-server") {
-                return path;
-            }
-            install_redis_server();
-            find_executable("redis-server").unwrap_or_else(|| {
-                panic!(
-                    "redis-server is still missing after apt-get; install it with: {INSTALL_HINT}"
-                )
-            })
-        })
+        .get_or_init(|| ensure_installed("redis-server", "redis-server"))
         .clone()
+}
+
+/// Returns the path of `binary`, installing Debian's `package` with apt-get when it is
+/// missing and this process runs as root; otherwise panics with the command to run.
+pub fn ensure_installed(binary: &str, package: &str) -> PathBuf {
+    if let Some(path) = find_executable(binary) {
+        return path;
+    }
+    install(package);
+    find_executable(binary).unwrap_or_else(|| {
+        panic!("{binary} is still missing after apt-get; install it with: sudo apt-get install -y {package}")
+    })
 }
 
 /// Looks for an executable in `PATH`, then in the usual system directories.
@@ -91,14 +90,14 @@ fn is_root() -> bool {
         .unwrap_or(false)
 }
 
-fn install_redis_server() {
+fn install(package: &str) {
     if !is_root() || find_executable("apt-get").is_none() {
         panic!(
-            "redis-server not found (searched PATH, /usr/bin, /usr/local/bin); \
-             install it with: {INSTALL_HINT}"
+            "{package} not found (searched PATH, /usr/bin, /usr/local/bin); \
+             install it with: sudo apt-get install -y {package}"
         );
     }
-    eprintln!("redis-server not found; installing it with apt-get (one-time, may take a minute)");
+    eprintln!("{package} not found; installing it with apt-get (one-time, may take a minute)");
     // flock serialises parallel test binaries, which would otherwise fight
     // over the dpkg lock; the script re-checks once it holds the lock.
     let mut cmd = if find_executable("flock").is_some() {
@@ -111,14 +110,20 @@ fn install_redis_server() {
     };
     // Keep apt's stdout away from the test harness output; errors still show.
     let status = cmd
-        .args(["-c", APT_SCRIPT])
+        .args([
+            "-c",
+            &format!(
+                "dpkg -s {package} >/dev/null 2>&1 || (apt-get update -qq && \\
+                 DEBIAN_FRONTEND=noninteractive apt-get install -y -qq {package})"
+            ),
+        ])
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .status();
     match status {
         Ok(s) if s.success() => {}
         other => {
-            panic!("installing redis-server failed ({other:?}); install it with: {INSTALL_HINT}")
+            panic!("installing {package} failed ({other:?}); install it with: sudo apt-get install -y {package}")
         }
     }
 }
