@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use fred::clients::Client;
 use fred::interfaces::{ClientLike, LuaInterface, PubsubInterface};
 use fred::types::config::Config;
-use fred::types::{Builder, Key, Value};
+use fred::types::{Builder, InfoKind, Key, Value};
 use redisson_lock::{Lock, LockClient, LockOwner};
 use tokio::runtime::Runtime;
 use tokio::sync::oneshot;
@@ -286,6 +286,24 @@ pub async fn timed<F: Future<Output = Duration>>(
 }
 
 /// Waits until `channel` has `n` subscribers on the server.
+/// EVALSHA calls the server has counted so far.
+pub async fn evalsha_calls(bare: &Bare) -> u64 {
+    let info: String = bare.redis.info(Some(InfoKind::CommandStats)).await.unwrap();
+    info.lines()
+        .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
+        .and_then(|rest| rest.split(',').next())
+        .map_or(0, |n| n.parse().unwrap())
+}
+
+/// Waits until the server has counted at least `n` EVALSHA calls.
+pub async fn await_evalsha_calls(bare: &Bare, n: u64) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while evalsha_calls(bare).await < n {
+        assert!(Instant::now() < deadline, "never {n} EVALSHA calls");
+        tokio::task::yield_now().await;
+    }
+}
+
 pub async fn await_subscribers(bare: &Bare, channel: &str, n: i64) {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
@@ -309,9 +327,8 @@ pub async fn handoff_once(
     bare: &Bare,
 ) -> Duration {
     let (holder, waiter) = owners;
-    let channel = format!("redisson_lock__channel:{{{}}}", a.name());
-    await_subscribers(bare, &channel, 0).await; // the previous waiter has unsubscribed
     let held = a.lock(holder).await.unwrap();
+    let before = evalsha_calls(bare).await;
     let (acquired_tx, acquired_rx) = oneshot::channel();
     let (b, waiter) = (b.clone(), waiter.clone());
     let waiting = tokio::spawn(async move {
@@ -319,8 +336,10 @@ pub async fn handoff_once(
         acquired_tx.send(Instant::now()).unwrap();
         guard.unlock().await.unwrap();
     });
-    // B is subscribed; give its second attempt time to come back so that it really waits.
-    await_subscribers(bare, &channel, 1).await;
+    // B made its first attempt and, once subscribed (or finding its channel still
+    // subscribed: an idle channel lingers 500 ms), its second one: it now waits for the
+    // message. Give that second reply time to come back so that it really waits.
+    await_evalsha_calls(bare, before + 2).await;
     tokio::time::sleep(Duration::from_millis(2)).await;
     let released = Instant::now();
     held.unlock().await.unwrap();
