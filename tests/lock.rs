@@ -510,6 +510,18 @@ fn guards_handles_and_futures_are_send_and_static() {
     send_sync_static::<LockGuard>();
     send_sync_static::<redisson_lock::LockOwner>();
     send_sync_static::<Error>();
+    send_sync_static::<redisson_lock::FairLock>();
+    send_sync_static::<redisson_lock::ReadWriteLock>();
+    send_sync_static::<redisson_lock::ReadGuard>();
+    send_sync_static::<redisson_lock::WriteGuard>();
+    send_sync_static::<redisson_lock::FencedLock>();
+    send_sync_static::<redisson_lock::FencedGuard>();
+    send_sync_static::<redisson_lock::NonReentrantLock>();
+    send_sync_static::<redisson_lock::NonReentrantFairLock>();
+    send_sync_static::<redisson_lock::SpinLock>();
+    send_sync_static::<redisson_lock::MultiLock>();
+    send_sync_static::<redisson_lock::RedLock>();
+    send_sync_static::<redisson_lock::MultiLockGuard>();
 
     // Build the futures without running them: they must be spawnable.
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -524,6 +536,23 @@ fn guards_handles_and_futures_are_send_and_static() {
         send_static(&lock.lock(&me));
         send_static(&lock.try_lock(&me));
         send_static(&lock.try_lock_for(&me, Duration::from_secs(1)));
+        let (fair, rw) = (c.fair_lock("bounds-fair"), c.read_write_lock("bounds-rw"));
+        send_static(&fair.lock(&me));
+        send_static(&fair.try_lock_for(&me, Duration::from_secs(1)));
+        send_static(&rw.read(&me));
+        send_static(&rw.try_write_for(&me, Duration::from_secs(1)));
+        send_static(&c.fenced_lock("bounds-fenced").lock(&me));
+        send_static(
+            &c.spin_lock("bounds-spin")
+                .try_lock_for(&me, Duration::from_secs(1)),
+        );
+        send_static(&c.non_reentrant_lock("bounds-nr").lock(&me));
+        let multi = c.multi_lock([c.lock("bounds-a"), c.lock("bounds-b")]);
+        send_static(&multi.lock(&me));
+        send_static(
+            &c.red_lock([c.lock("bounds-a")])
+                .try_lock_for(&me, Duration::from_secs(1)),
+        );
         let guard = lock.lock(&me).await.unwrap();
         send_static(&guard.lease_lost());
         send_static(&guard.unlock());
