@@ -150,7 +150,8 @@ impl LockClient {
     /// Stops the watchdog and the pub/sub task and closes the connections this client
     /// opened. Holds are not released, as in Redisson: they expire within their lease.
     /// Every guard's `lease_lost()` fires, waiting calls end with [`Error::Closed`], and so
-    /// does every later call.
+    /// does every later call. Dropping the last handle (clients, locks and guards all hold
+    /// one) does the same in the background.
     pub async fn shutdown(&self) {
         self.engine.shutdown().await;
     }
@@ -243,9 +244,9 @@ impl LockClientBuilder {
     }
 
     /// Use clients you built and connected yourself. `subscriber` receives the unlock
-    /// messages; when `None`, one is made with `redis`'s configuration. Give `redis` a
-    /// reconnect policy, or it will not reconnect. Your clients are not closed by
-    /// [`LockClient::shutdown`].
+    /// messages and is dedicated to this client, which closes it at shutdown; when `None`,
+    /// one is made with `redis`'s configuration. Give `redis` a reconnect policy, or it will
+    /// not reconnect. `redis` stays open after [`LockClient::shutdown`]: it is yours.
     pub fn clients(mut self, redis: Client, subscriber: Option<SubscriberClient>) -> Self {
         self.source = Source::Clients(redis, subscriber);
         self

@@ -208,10 +208,18 @@ impl Engine {
 
 impl Drop for Engine {
     fn drop(&mut self) {
-        // The last handle is gone: stop the background tasks.
-        self.closed.store(true, Ordering::Release);
+        // The last handle is gone: stop the background tasks (the pub/sub task closes the
+        // subscriber connection), and close the command connection if this crate opened it:
+        // fred keeps a connection open until QUIT.
+        let already_closed = self.closed.swap(true, Ordering::AcqRel);
         self.watchdog.close();
         self.shutdown.send_replace(true);
+        if self.owns_redis && !already_closed {
+            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                let redis = self.redis.clone();
+                runtime.spawn(async move { drop(redis.quit().await) });
+            }
+        }
     }
 }
 

@@ -559,3 +559,23 @@ fn guards_handles_and_futures_are_send_and_static() {
         let _ = Arc::new(c);
     });
 }
+
+#[tokio::test]
+async fn dropping_every_handle_closes_the_clients_connections() {
+    let server = RedisServer::start();
+    let connections = || server.command(&["CLIENT", "LIST"]).lines().count();
+    let c = client(&server).await;
+    let guard = c.lock("dropped-client").lock(&c.new_owner()).await.unwrap();
+    assert_eq!(
+        connections(),
+        3,
+        "commands, subscriber, and the harness's own"
+    );
+    drop(guard);
+    drop(c);
+    // The last handle gone, the background tasks stop and the connections are closed.
+    eventually(Duration::from_secs(5), "connections closed", || {
+        connections() == 1
+    })
+    .await;
+}
