@@ -195,6 +195,7 @@ enum Source {
 /// - `name_prefix`: none (Redisson's identity name mapper).
 /// - `command_timeout`: 3 s (Redisson's `timeout`).
 /// - `fair_wait_timeout`: 5 min (Redisson's `fairLockWaitTimeout`).
+/// - `group_renewals_by_slot`: on for clusters, off otherwise.
 #[must_use]
 pub struct LockClientBuilder {
     source: Source,
