@@ -144,6 +144,9 @@ where
             (Some(ttl), None) => ttl.min(POLL_WITHOUT_MESSAGES),
             (None, _) => POLL_WITHOUT_MESSAGES,
         };
+        if let Some(deadline) = deadline {
+            wait = wait.min(deadline.saturating_duration_since(Instant::now()));
+        }
         if outage.is_some() {
             // Messages are unreliable during an outage: back off, do not wait on them.
             tokio::time::sleep(wait).await;
@@ -152,9 +155,6 @@ where
         if let Some(delays) = spin.as_mut() {
             tokio::time::sleep(spin_pause(delays, ttl, deadline)).await;
             continue;
-        }
-        if let Some(deadline) = deadline {
-            wait = wait.min(deadline.saturating_duration_since(Instant::now()));
         }
         match notified.as_mut().as_pin_mut() {
             Some(notified) => {

@@ -226,3 +226,37 @@ async fn a_holder_killed_with_sigkill_frees_the_lock_after_the_watchdog_timeout(
     );
     guard.unlock().await.unwrap();
 }
+
+#[tokio::test]
+async fn a_timed_wait_through_an_outage_ends_near_its_deadline() {
+    let mut server = RedisServer::start();
+    let c = client_with(&server, |b| b.command_timeout(Duration::from_millis(150))).await;
+    let lock = c.lock("outage-deadline");
+    // A short lease: the waiter looks again after 300 ms, during the outage.
+    let _holder = lock
+        .clone()
+        .with_lease(redisson_lock::Lease::Fixed(Duration::from_millis(300)))
+        .lock(&c.new_owner())
+        .await
+        .unwrap();
+    let waiter = c.new_owner();
+    let start = Instant::now();
+    let pending = tokio::spawn(lock.try_lock_for(&waiter, Duration::from_millis(1200)));
+    eventually(Duration::from_secs(5), "waiter subscribed", || {
+        c.subscribed_channels() == 1
+    })
+    .await;
+    server.kill();
+    let outcome = within(Duration::from_secs(5), "the timed wait", pending)
+        .await
+        .unwrap();
+    let took = start.elapsed();
+    match outcome {
+        Ok(None) => {}
+        Err(error) => assert!(error.is_retryable(), "{error:?}"),
+        Ok(Some(_)) => panic!("acquired from a dead server"),
+    }
+    // The back-off between failed attempts never runs past the deadline (one attempt's
+    // command timeout at most).
+    assert!(took < Duration::from_millis(1500), "took {took:?}");
+}
