@@ -23,6 +23,25 @@ use crate::{MultiLock, MultiMember, RedLock};
 ///
 /// Cheap to clone (an `Arc`). Each `LockClient` has its own random client id, as each
 /// `RedissonClient` does, so owners of different clients exclude each other.
+///
+/// ```no_run
+/// # async fn demo() -> redisson_lock::Result<()> {
+/// use std::time::Duration;
+/// use redisson_lock::LockClient;
+///
+/// // The simple way: one server, default settings.
+/// let client = LockClient::connect("redis://127.0.0.1:6379").await?;
+///
+/// // Or with settings matching the Java side's Redisson `Config`.
+/// let client = LockClient::builder()
+///     .url("rediss://redis.internal:6380")
+///     .watchdog_timeout(Duration::from_secs(30)) // lockWatchdogTimeout
+///     .name_prefix("app1:")                        // a prefixing nameMapper
+///     .command_timeout(Duration::from_secs(3))    // timeout
+///     .build()
+///     .await?;
+/// # Ok(()) }
+/// ```
 #[derive(Clone)]
 pub struct LockClient {
     engine: Arc<Engine>,

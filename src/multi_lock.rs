@@ -75,6 +75,22 @@ enum Quorum {
 ///
 /// The members keep their own protocol on the wire: a Java client sees each hold as an
 /// ordinary hold of that lock.
+///
+/// ```no_run
+/// # async fn demo() -> redisson_lock::Result<()> {
+/// use redisson_lock::{LockClient, MultiMember};
+/// let east = LockClient::connect("redis://redis-east.internal:6379").await?;
+/// let west = LockClient::connect("redis://redis-west.internal:6379").await?;
+/// let accounts = east.multi_lock([
+///     MultiMember::from(east.lock("account:17")),
+///     west.fair_lock("account:42").into(),
+/// ]);
+/// let me = east.new_owner();
+/// let both = accounts.lock(&me).await?; // all members, or none
+/// // ... move money between the two accounts ...
+/// both.unlock().await?;
+/// # Ok(()) }
+/// ```
 #[derive(Clone)]
 pub struct MultiLock {
     members: Vec<Lock>,
