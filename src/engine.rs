@@ -41,12 +41,15 @@ impl ScriptRunner {
     /// Sends `script` once. fred never resends it on its own: a lock script that reached
     /// the server may have run, and running it twice would take or release a second hold.
     /// Only NOSCRIPT (which proves the script did not run) leads to a load and one retry.
+    ///
+    /// The future is boxed: fred's command futures are large, and every lock future that
+    /// awaits a script would otherwise carry (and copy) kilobytes of their state.
     pub(crate) fn run(
         &self,
         script: &'static Script,
         keys: Vec<Value>,
         args: Vec<Value>,
-    ) -> impl Future<Output = Result<Value, RedisError>> + Send + 'static {
+    ) -> BoxFuture<Result<Value, RedisError>> {
         let slot = keys
             .first()
             .and_then(|key| key.as_bytes())
@@ -58,7 +61,7 @@ impl ScriptRunner {
             ..Default::default()
         };
         let redis = self.redis.clone();
-        async move {
+        Box::pin(async move {
             let command = || CustomCommand::new_static("EVALSHA", ClusterHash::Custom(slot), false);
             let mut argv = Vec::with_capacity(2 + keys.len() + args.len());
             argv.push(Value::from(script.sha()));
@@ -77,7 +80,7 @@ impl ScriptRunner {
                 }
                 reply => reply,
             }
-        }
+        })
     }
 }
 
