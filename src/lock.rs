@@ -250,17 +250,10 @@ impl Lock {
     pub async fn unlock(&self, owner: &LockOwner) -> Result<()> {
         self.check_name()?;
         let lease_ms = self.lease.millis(&self.engine)?;
-        let hold = self.hold_key(owner);
-        let generation = self.engine.watchdog.generation(&hold);
-        match self.release(owner, lease_ms).await? {
-            Released::Partly => self.engine.watchdog.release_one(&hold, generation),
-            Released::Fully => self.engine.watchdog.forget(&hold, generation),
-            Released::NotHeld => {
-                self.engine.watchdog.forget(&hold, generation);
-                return Err(self.not_held(owner));
-            }
+        match self.release_settled(owner, lease_ms, false).await? {
+            Released::NotHeld => Err(self.not_held(owner)),
+            Released::Partly | Released::Fully => Ok(()),
         }
-        Ok(())
     }
 
     /// Frees the lock whoever holds it, and wakes its waiters. `true` when it was held (for
@@ -740,6 +733,29 @@ impl Lock {
         }
     }
 
+    /// Releases one hold and brings the watchdog in line with the reply. `by_guard`: the
+    /// guard already dropped its own registration, so a partial release changes nothing
+    /// more; otherwise (`Lock::unlock`) one reference of the owner's registration goes.
+    /// When the lock was freed or not held, the registration that existed when the release
+    /// was sent is forgotten (its other guards lose their hold with this one), never a
+    /// newer one made by a later acquisition.
+    async fn release_settled(
+        &self,
+        owner: &LockOwner,
+        lease_ms: i64,
+        by_guard: bool,
+    ) -> Result<Released> {
+        let hold = self.hold_key(owner);
+        let generation = self.engine.watchdog.generation(&hold);
+        let released = self.release(owner, lease_ms).await?;
+        match released {
+            Released::Partly if !by_guard => self.engine.watchdog.release_one(&hold, generation),
+            Released::Partly => {}
+            Released::Fully | Released::NotHeld => self.engine.watchdog.forget(&hold, generation),
+        }
+        Ok(released)
+    }
+
     /// Runs the release script, resending it with the same request id when the reply is
     /// lost (the latch replays the first outcome instead of releasing twice).
     async fn release(&self, owner: &LockOwner, lease_ms: i64) -> Result<Released> {
@@ -867,20 +883,13 @@ impl LockGuard {
         self.active = false;
         self.renewal.stop();
         let lease_ms = self.lock.lease.millis(&self.lock.engine)?;
-        let hold = self.lock.hold_key(&self.owner);
-        // Other guards of this owner share the registration; they lose their hold with this
-        // one when the lock is freed.
-        let generation = self.lock.engine.watchdog.generation(&hold);
-        match self.lock.release(&self.owner, lease_ms).await? {
-            Released::Partly => Ok(()),
-            Released::Fully => {
-                self.lock.engine.watchdog.forget(&hold, generation);
-                Ok(())
-            }
-            Released::NotHeld => {
-                self.lock.engine.watchdog.forget(&hold, generation);
-                Err(self.lock.not_held(&self.owner))
-            }
+        match self
+            .lock
+            .release_settled(&self.owner, lease_ms, true)
+            .await?
+        {
+            Released::NotHeld => Err(self.lock.not_held(&self.owner)),
+            Released::Partly | Released::Fully => Ok(()),
         }
     }
 
@@ -929,17 +938,12 @@ impl Drop for LockGuard {
         }
         self.renewal.stop();
         let (lock, owner) = (self.lock.clone(), self.owner.clone());
-        let hold = lock.hold_key(&owner);
-        let generation = lock.engine.watchdog.generation(&hold);
         release_in_background(async move {
             let Ok(lease_ms) = lock.lease.millis(&lock.engine) else {
                 return;
             };
-            match lock.release(&owner, lease_ms).await {
-                Ok(Released::Fully | Released::NotHeld) => {
-                    lock.engine.watchdog.forget(&hold, generation)
-                }
-                Ok(Released::Partly) => {}
+            match lock.release_settled(&owner, lease_ms, true).await {
+                Ok(_) => {}
                 Err(error) => {
                     tracing::warn!(%error, lock = %lock.name, "releasing a dropped guard failed; the hold expires with its lease")
                 }

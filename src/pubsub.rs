@@ -31,7 +31,6 @@ pub(crate) enum Flavour {
     /// SUBSCRIBE / PUBLISH: single servers, sentinel and replicated setups.
     Classic,
     /// SSUBSCRIBE / SPUBLISH: Redis 7+ clusters.
-    #[allow(dead_code)]
     Sharded,
 }
 
@@ -147,7 +146,6 @@ impl PubSub {
     }
 
     /// The number of channels this client is subscribed to or about to be.
-    #[allow(dead_code)]
     pub(crate) fn channel_count(&self) -> usize {
         self.channels.lock().len()
     }

@@ -203,7 +203,6 @@ impl Watchdog {
     }
 
     /// How many holds are being renewed.
-    #[allow(dead_code)]
     pub(crate) fn len(&self) -> usize {
         self.registry.lock().holds.len()
     }
