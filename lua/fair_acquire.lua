@@ -15,12 +15,14 @@
 -- ARGV[6]  optional: the error message "NON_REENTRANT_REACQUIRE" (NonReentrantFairLock);
 --          when given, a re-entry is refused with this error reply and nothing is written
 --
--- Reply: nil when the hold was taken (the lock was free and the owner is next in line, or
---        nobody waits) or re-entered; the TTL is then set to the lease.
---        No-wait form: otherwise 1, and nothing was written.
---        Timed form: otherwise an integer estimate in ms of the wait ahead, which may be 0 or negative:
---        for an owner already queued, the holder's PTTL (at least 0); for a new waiter, the
---        time until the last waiter's deadline (or the holder's PTTL when nobody waits).
+-- Reply: {1, count} when the hold was taken (count 1: the lock was free and the owner is
+--        next in line, or nobody waits; the TTL is set to the lease) or re-entered (count
+--        > 1; the TTL is never shortened, see lock_acquire.lua). (Java's reply is nil.)
+--        No-wait form: otherwise {0, PTTL of the lock}, and nothing was written.
+--        Timed form: otherwise {0, estimate}: an estimate in ms of the wait ahead, which may
+--        be 0 or negative: for an owner already queued, the holder's PTTL (at least 0); for
+--        a new waiter, the time until the last waiter's deadline (or the holder's PTTL when
+--        nobody waits).
 -- A new waiter is appended to the list, with the deadline <that estimate> + now + wait.
 -- A queued waiter's deadline is never refreshed here.
 --
@@ -30,7 +32,7 @@
 -- when its deadline passes (and the purge drops it), not when the old holder's lease would
 -- have ended. The data written is Java's.
 local key, queue, deadlines = KEYS[1], KEYS[2], KEYS[3]
-local lease, owner, join, refuse_reentry = ARGV[1], ARGV[2], ARGV[5] == '1', ARGV[6]
+local lease, owner, join, refuse_reentry = valid_ms(ARGV[1]), ARGV[2], ARGV[5] == '1', ARGV[6]
 local wait, now = tonumber(ARGV[3]), tonumber(ARGV[4])
 
 -- Waiters at the head whose deadline passed stopped asking: drop them. Only heads go;
@@ -60,7 +62,7 @@ if redis.call('exists', key) == 0 then
         end
         redis.call('hset', key, owner, 1)
         redis.call('pexpire', key, lease)
-        return nil
+        return {1, 1}
     end
 end
 
@@ -68,13 +70,11 @@ if redis.call('hexists', key, owner) == 1 then
     if refuse_reentry then
         return redis.error_reply(refuse_reentry)
     end
-    redis.call('hincrby', key, owner, 1)
-    redis.call('pexpire', key, lease)
-    return nil
+    return {1, add_hold(key, owner, lease)}
 end
 
 if not join then
-    return 1
+    return {0, redis.call('pttl', key)}
 end
 
 if redis.call('zscore', deadlines, owner) then
@@ -89,7 +89,7 @@ if redis.call('zscore', deadlines, owner) then
     if estimate < 0 then
         estimate = 0
     end
-    return estimate
+    return {0, estimate}
 end
 
 local estimate
@@ -103,4 +103,4 @@ end
 if redis.call('zadd', deadlines, estimate + wait + now, owner) == 1 then
     redis.call('rpush', queue, owner)
 end
-return estimate
+return {0, estimate}

@@ -23,8 +23,8 @@
 -- because this crate's unlock reports a lost hold. The latch then holds "none", which
 -- replays as nil. Other clients only see the data and the message, which are as Java's.
 local key, queue, deadlines, channel_base, latch = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
-local message, lease, owner = ARGV[1], ARGV[2], ARGV[3]
-local now, publish, latch_ttl = tonumber(ARGV[4]), ARGV[5], ARGV[6]
+local message, lease, owner = ARGV[1], valid_ms(ARGV[2]), ARGV[3]
+local now, publish, latch_ttl = tonumber(ARGV[4]), ARGV[5], valid_ms(ARGV[6])
 local NOT_HELD = 'none'
 
 local replayed = redis.call('get', latch)

@@ -6,19 +6,19 @@
 -- ARGV[1]  lease in ms (the fixed lease, or the watchdog timeout)
 -- ARGV[2]  owner field <client uuid>:<owner id>
 --
--- Reply: {1, token} when the hold was taken or re-entered: the counter was incremented
---        (every acquisition, re-entries included, gets a new, larger token) and the TTL set
---        to the lease. Otherwise {0, PTTL of the current holder} (-1 when the key has no
---        TTL), and nothing was written.
+-- Reply: {1, count, token} when the hold was taken (count 1: a new hold) or re-entered
+--        (count > 1): the counter was incremented (every acquisition, re-entries included,
+--        gets a new, larger token). Otherwise {0, PTTL of the current holder} (-1 when the
+--        key has no TTL), and nothing was written.
+-- A new hold gets the lease as its TTL; a re-entry never shortens the TTL (see
+-- lock_acquire.lua).
 -- This reply is this crate's own (Java reads {-1, token} / {PTTL, -1}, which cannot tell a
 -- holder without TTL from a success); the data written is Java's. The counter is never
 -- reset or deleted here or by any release.
 local key, counter = KEYS[1], KEYS[2]
-local lease, owner = ARGV[1], ARGV[2]
+local lease, owner = valid_ms(ARGV[1]), ARGV[2]
 if redis.call('exists', key) == 0 or redis.call('hexists', key, owner) == 1 then
     local token = redis.call('incr', counter)
-    redis.call('hincrby', key, owner, 1)
-    redis.call('pexpire', key, lease)
-    return {1, token}
+    return {1, add_hold(key, owner, lease), token}
 end
 return {0, redis.call('pttl', key)}

@@ -7,16 +7,19 @@
 -- ARGV[3]  optional: the error message "NON_REENTRANT_REACQUIRE" (NonReentrantLock); when
 --          given, a re-entry is refused with this error reply and nothing is written
 --
--- Reply: nil when the hold was taken or re-entered (the TTL is reset to the lease);
---        otherwise the integer PTTL of the current holder (-1 when the key has no TTL).
-local key, lease, owner, refuse_reentry = KEYS[1], ARGV[1], ARGV[2], ARGV[3]
+-- Reply: {1, count} when the hold was taken (count 1: a new hold) or re-entered (count > 1);
+--        {0, PTTL of the current holder} otherwise (-1 when the key has no TTL), and
+--        nothing was written.
+-- A new hold gets the lease as its TTL. A re-entry never shortens the TTL: the key must
+-- outlive the owner's longest live hold (Java sets the TTL to the lease either way).
+-- The reply is this crate's own (Java's is nil / PTTL, which cannot tell a new hold from a
+-- re-entry); the data written is Java's.
+local key, lease, owner, refuse_reentry = KEYS[1], valid_ms(ARGV[1]), ARGV[2], ARGV[3]
 local free = redis.call('exists', key) == 0
 if free or redis.call('hexists', key, owner) == 1 then
     if refuse_reentry and not free then
         return redis.error_reply(refuse_reentry)
     end
-    redis.call('hincrby', key, owner, 1)
-    redis.call('pexpire', key, lease)
-    return nil
+    return {1, add_hold(key, owner, lease)}
 end
-return redis.call('pttl', key)
+return {0, redis.call('pttl', key)}

@@ -14,7 +14,8 @@
 -- A retry with the same request id replays the first reply from the latch instead of
 -- releasing a second time.
 local key, channel, latch = KEYS[1], KEYS[2], KEYS[3]
-local message, lease, owner, publish, latch_ttl = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
+local message, lease, owner, publish = ARGV[1], valid_ms(ARGV[2]), ARGV[3], ARGV[4]
+local latch_ttl = valid_ms(ARGV[5])
 
 local replayed = redis.call('get', latch)
 if replayed then

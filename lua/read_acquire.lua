@@ -7,13 +7,14 @@
 -- ARGV[2]  owner field <client uuid>:<owner id>
 -- ARGV[3]  the same owner's write field <client uuid>:<owner id>:write
 --
--- Reply: nil when the read hold was taken or re-entered; otherwise the integer PTTL of the
---        lock (-1 when the key has no TTL) and nothing was written.
+-- Reply: {1, count} when the read hold was taken (count 1: the owner's first read hold) or
+--        re-entered (count > 1); otherwise {0, PTTL of the lock} (-1 when the key has no
+--        TTL), and nothing was written. (Java's reply is nil / PTTL.)
 -- A read hold is granted when the lock is free, in read mode (readers never queue behind
 -- waiting writers), or in write mode held by this same owner (downgrade; mode stays write).
 -- The hash TTL becomes the larger of its current TTL and the lease, never shorter.
 local key, timeout_prefix = KEYS[1], KEYS[2]
-local lease, owner, write_owner = ARGV[1], ARGV[2], ARGV[3]
+local lease, owner, write_owner = valid_ms(ARGV[1]), ARGV[2], ARGV[3]
 
 local mode = redis.call('hget', key, 'mode')
 if not mode then
@@ -21,13 +22,11 @@ if not mode then
     redis.call('hset', key, owner, 1)
     redis.call('set', timeout_prefix .. ':1', 1, 'px', lease)
     redis.call('pexpire', key, lease)
-    return nil
+    return {1, 1}
 end
 if mode == 'read' or (mode == 'write' and redis.call('hexists', key, write_owner) == 1) then
-    local n = redis.call('hincrby', key, owner, 1)
+    local n = add_hold(key, owner, lease)
     redis.call('set', timeout_prefix .. ':' .. n, 1, 'px', lease)
-    local remaining = redis.call('pttl', key)
-    redis.call('pexpire', key, math.max(remaining, tonumber(lease)))
-    return nil
+    return {1, n}
 end
-return redis.call('pttl', key)
+return {0, redis.call('pttl', key)}

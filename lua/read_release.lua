@@ -24,7 +24,7 @@
 -- force-unlocked) Java publishes, writes the latch "1" and replies nil, so a retry would
 -- replay 1; here the latch holds "none", which replays as nil. Other clients see the same.
 local key, channel, timeout_prefix, key_prefix, latch = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
-local message, owner, publish, latch_ttl = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local message, owner, publish, latch_ttl = ARGV[1], ARGV[2], ARGV[3], valid_ms(ARGV[4])
 local NOT_HELD = 'none'
 
 local replayed = redis.call('get', latch)

@@ -13,7 +13,7 @@
 -- with count c were reset), 0 when none does (the caller stops renewing those readers and
 -- reports the loss). A key that is no longer a hash counts as gone instead of failing the
 -- whole batch.
-local ttl = ARGV[1]
+local ttl = valid_ms(ARGV[1])
 local renewed = {}
 local arg = 2
 for i = 1, #KEYS, 2 do

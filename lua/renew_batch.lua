@@ -8,7 +8,7 @@
 -- Reply: an array with one integer per key, in KEYS order: 1 when the hold still exists and
 -- its TTL was reset, 0 when it is gone (the caller stops renewing it and reports the loss).
 -- A key that is no longer a hash counts as gone instead of failing the whole batch.
-local ttl = ARGV[1]
+local ttl = valid_ms(ARGV[1])
 local renewed = {}
 for i, key in ipairs(KEYS) do
     local owner = ARGV[i + 1]

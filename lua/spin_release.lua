@@ -12,7 +12,7 @@
 -- A retry with the same request id replays the first reply from the latch instead of
 -- releasing a second time.
 local key, latch = KEYS[1], KEYS[2]
-local lease, owner, latch_ttl = ARGV[1], ARGV[2], ARGV[3]
+local lease, owner, latch_ttl = valid_ms(ARGV[1]), ARGV[2], valid_ms(ARGV[3])
 
 local replayed = redis.call('get', latch)
 if replayed then

@@ -5,31 +5,32 @@
 -- ARGV[2]  the owner's write field <client uuid>:<owner id>:write
 -- ARGV[3]  the owner's read field <client uuid>:<owner id>
 --
--- Reply: nil when the write hold was taken (the TTL is set to the lease) or re-entered (the
---        lease is ADDED to the remaining TTL, as Java does); -3 when the owner holds read
---        holds but no write hold (upgrade refused; nothing was written); otherwise the
---        integer PTTL of the lock (-1 when the key has no TTL), and nothing was written.
+-- Reply: {1, count} when the write hold was taken (count 1: a new hold; the TTL is set to
+--        the lease) or re-entered (count > 1; the lease is ADDED to the remaining TTL, as
+--        Java does); {0, -3} when the owner holds read holds but no write hold (upgrade
+--        refused; nothing was written); otherwise {0, PTTL of the lock} (-1 when the key
+--        has no TTL), and nothing was written. (Java's reply is nil / PTTL.)
 --
 -- Deliberate difference from Java (ARGV[3] exists for it): Java answers an owner that holds
 -- only read holds with the PTTL, so its lock() waits for itself forever. Here that case is
 -- told apart by -3, which no PTTL can be, and the caller fails at once. Writing nothing,
 -- it is invisible to other clients.
-local key, lease, write_owner, read_owner = KEYS[1], ARGV[1], ARGV[2], ARGV[3]
+local key, lease, write_owner, read_owner = KEYS[1], valid_ms(ARGV[1]), ARGV[2], ARGV[3]
 
 local mode = redis.call('hget', key, 'mode')
 if not mode then
     redis.call('hset', key, 'mode', 'write')
     redis.call('hset', key, write_owner, 1)
     redis.call('pexpire', key, lease)
-    return nil
+    return {1, 1}
 end
 if mode == 'write' and redis.call('hexists', key, write_owner) == 1 then
-    redis.call('hincrby', key, write_owner, 1)
+    local count = redis.call('hincrby', key, write_owner, 1)
     local remaining = redis.call('pttl', key)
     redis.call('pexpire', key, remaining + tonumber(lease))
-    return nil
+    return {1, count}
 end
 if redis.call('hexists', key, read_owner) == 1 then
-    return -3
+    return {0, -3}
 end
-return redis.call('pttl', key)
+return {0, redis.call('pttl', key)}

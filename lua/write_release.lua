@@ -23,7 +23,8 @@
 -- * When the lock has no mode at all (expired or force-unlocked) Java publishes, writes the
 --   latch "1" and replies nil; here the latch holds "none", which replays as nil.
 local key, channel, latch = KEYS[1], KEYS[2], KEYS[3]
-local message, lease, write_owner, publish, latch_ttl = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
+local message, lease, write_owner, publish = ARGV[1], valid_ms(ARGV[2]), ARGV[3], ARGV[4]
+local latch_ttl = valid_ms(ARGV[5])
 local NOT_HELD = 'none'
 
 local replayed = redis.call('get', latch)

@@ -8,9 +8,12 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use fred::types::Value;
+
 use crate::engine::{BoxFuture, Engine};
 use crate::error::{Error, Result};
 use crate::pubsub::Subscription;
+use crate::script::Script;
 use crate::wait::{Backoff, Delays};
 
 /// The outcome of one acquire script.
@@ -23,19 +26,60 @@ pub(crate) enum Attempt<T> {
 }
 
 impl<T> Attempt<T> {
-    /// Reads Redisson's acquire reply: nil when acquired, else the holder's PTTL.
-    pub(crate) fn from_pttl(reply: Option<i64>, acquired: T) -> Attempt<T> {
-        match reply {
-            None => Attempt::Acquired(acquired),
-            Some(ms) if ms >= 0 => Attempt::Busy {
+    /// Busy, with the wait a script reported: a PTTL (-1: the key never expires; -2: it
+    /// vanished meanwhile, so try again at once) or a fair waiter's estimate.
+    pub(crate) fn busy(ms: i64) -> Attempt<T> {
+        match ms {
+            ms if ms >= 0 => Attempt::Busy {
                 ttl: Some(Duration::from_millis(ms as u64)),
             },
-            // -1: the key has no TTL; -2: it vanished meanwhile (try again at once).
-            Some(-2) => Attempt::Busy {
+            -2 => Attempt::Busy {
                 ttl: Some(Duration::ZERO),
             },
-            Some(_) => Attempt::Busy { ttl: None },
+            _ => Attempt::Busy { ttl: None },
         }
+    }
+}
+
+/// What an acquire script answered. Every `lua/*_acquire.lua` replies `{1, count}` (fenced:
+/// `{1, count, token}`) when it took or re-entered the hold, and `{0, ms}` when it did not.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Reply {
+    Taken {
+        /// Count 1: the owner held nothing before, so this is a new hold, not a re-entry.
+        new_hold: bool,
+        token: Option<u64>,
+    },
+    /// Not taken; nothing was written. The holder's PTTL, or what the kind says instead.
+    Busy(i64),
+}
+
+impl Reply {
+    pub(crate) fn read(script: &'static Script, reply: Value) -> Result<Reply> {
+        if let Value::Array(items) = &reply {
+            match items.as_slice() {
+                [Value::Integer(1), Value::Integer(count)] if *count > 0 => {
+                    return Ok(Reply::Taken {
+                        new_hold: *count == 1,
+                        token: None,
+                    })
+                }
+                [Value::Integer(1), Value::Integer(count), Value::Integer(token)]
+                    if *count > 0 && *token > 0 =>
+                {
+                    return Ok(Reply::Taken {
+                        new_hold: *count == 1,
+                        token: Some(*token as u64),
+                    })
+                }
+                [Value::Integer(0), Value::Integer(ms)] => return Ok(Reply::Busy(*ms)),
+                _ => {}
+            }
+        }
+        Err(Error::UnexpectedReply {
+            script: script.name,
+            detail: format!("{reply:?}"),
+        })
     }
 }
 
@@ -239,5 +283,49 @@ impl<T: Send + 'static> Drop for InFlight<T> {
                 "acquire dropped outside a Tokio runtime; a hold it may take expires with its lease"
             ),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::script::{FENCED_ACQUIRE, LOCK_ACQUIRE};
+
+    fn read(items: Vec<Value>) -> Option<Reply> {
+        Reply::read(&LOCK_ACQUIRE, Value::Array(items)).ok()
+    }
+
+    #[test]
+    fn reads_every_reply_shape_and_rejects_others() {
+        let taken = |new_hold, token| Some(Reply::Taken { new_hold, token });
+        assert_eq!(read(vec![1.into(), 1.into()]), taken(true, None));
+        assert_eq!(read(vec![1.into(), 3.into()]), taken(false, None));
+        assert_eq!(
+            read(vec![1.into(), 1.into(), 7.into()]),
+            taken(true, Some(7))
+        );
+        assert_eq!(read(vec![0.into(), 1500.into()]), Some(Reply::Busy(1500)));
+        assert_eq!(read(vec![0.into(), (-1).into()]), Some(Reply::Busy(-1)));
+        for bad in [
+            vec![1.into(), 0.into()],
+            vec![(-1).into(), 7.into()],
+            vec![1.into()],
+            vec![1.into(), 1.into(), 0.into()],
+        ] {
+            assert!(read(bad).is_none());
+        }
+        assert!(Reply::read(&FENCED_ACQUIRE, Value::Null).is_err());
+    }
+
+    #[test]
+    fn a_busy_reply_becomes_a_wait() {
+        let ttl = |ms| match Attempt::<()>::busy(ms) {
+            Attempt::Busy { ttl } => ttl,
+            Attempt::Acquired(()) => unreachable!(),
+        };
+        assert_eq!(ttl(1500), Some(Duration::from_millis(1500)));
+        assert_eq!(ttl(-2), Some(Duration::ZERO));
+        // A holder without a TTL: busy, with no end in sight.
+        assert_eq!(ttl(-1), None);
     }
 }

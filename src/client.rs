@@ -14,7 +14,7 @@ use crate::engine::{Engine, Settings};
 use crate::error::{Error, Result};
 use crate::lock::Kind;
 use crate::pubsub::Flavour;
-use crate::{FairLock, Lock, LockOwner, ReadWriteLock};
+use crate::{FairLock, Lease, Lock, LockOwner, ReadWriteLock};
 use crate::{FencedLock, NonReentrantFairLock, NonReentrantLock, SpinLock};
 use crate::{MultiLock, MultiMember, RedLock};
 
@@ -182,7 +182,7 @@ impl LockClient {
 
     /// How many holds the watchdog is renewing.
     pub fn renewed_holds(&self) -> usize {
-        self.engine.watchdog.len()
+        self.engine.watchdog.renewed()
     }
 
     /// How many pub/sub channels this client listens to (each shared by all its waiters).
@@ -321,12 +321,15 @@ impl LockClientBuilder {
     /// # Errors
     /// [`Error::InvalidArgument`] when no server was named or a duration is out of range
     /// (the watchdog timeout must be at least 3 ms, the command timeout and the fair wait
-    /// timeout at least 1 ms, all whole milliseconds below `i64::MAX`); [`Error::Redis`]
-    /// when Redis cannot be reached.
+    /// timeout at least 1 ms; the watchdog and fair wait timeouts at most
+    /// [`Lease::MAX_FIXED`](crate::Lease::MAX_FIXED), the command timeout at most a quarter
+    /// of it); [`Error::Redis`] when Redis cannot be reached.
     pub async fn build(self) -> Result<LockClient> {
-        check_millis("watchdog_timeout", self.watchdog_timeout, 3)?;
-        check_millis("command_timeout", self.command_timeout, 1)?;
-        check_millis("fair_wait_timeout", self.fair_wait_timeout, 1)?;
+        let max = Lease::MAX_FIXED.as_millis();
+        check_millis("watchdog_timeout", self.watchdog_timeout, 3, max)?;
+        // Unlock latches live for a few command timeouts.
+        check_millis("command_timeout", self.command_timeout, 1, max / 4)?;
+        check_millis("fair_wait_timeout", self.fair_wait_timeout, 1, max)?;
         let command_timeout = self.command_timeout;
         let configure = |builder: &mut Builder| {
             builder
@@ -422,16 +425,11 @@ fn uses_tls(url: &str) -> bool {
     scheme.starts_with("rediss") || scheme.starts_with("valkeys")
 }
 
-fn check_millis(what: &str, duration: Duration, min_ms: u128) -> Result<()> {
+fn check_millis(what: &str, duration: Duration, min_ms: u128, max_ms: u128) -> Result<()> {
     let ms = duration.as_millis();
-    if ms < min_ms {
+    if ms < min_ms || ms > max_ms {
         return Err(Error::InvalidArgument(
-            format!("{what} must be at least {min_ms} ms, got {duration:?}").into(),
-        ));
-    }
-    if i64::try_from(ms).is_err() {
-        return Err(Error::InvalidArgument(
-            format!("{what} is too long to express in milliseconds").into(),
+            format!("{what} must be from {min_ms} to {max_ms} ms, got {duration:?}").into(),
         ));
     }
     Ok(())

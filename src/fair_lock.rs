@@ -83,8 +83,8 @@ impl FairLock {
     /// Takes the lock for `owner` after every waiter queued before it, waiting as long as it
     /// takes.
     ///
-    /// If `owner` already holds it, this re-enters at once (the hold count grows by one and
-    /// the lease starts over). Otherwise `owner` joins the queue, with the client's
+    /// If `owner` already holds it, this re-enters at once (the hold count grows by one; the
+    /// key lives at least this lease from now, never less than before). Otherwise `owner` joins the queue, with the client's
     /// `fair_wait_timeout` as its wait, and is woken by a message on its own channel when it
     /// is first in line and the lock is freed (by a Rust or Java client), and in any case
     /// when the holder's lease runs out.
@@ -148,7 +148,7 @@ impl FairLock {
 
     /// Releases one hold of `owner` without a guard, Java style: the counterpart of a guard
     /// given up with [`LockGuard::detach`]. The lock is freed, and the first waiter told, when
-    /// the last hold is released; until then the lease starts over.
+    /// the last hold is released; until then the key lives on for the owner's other holds.
     ///
     /// # Errors
     /// [`Error::NotHeld`](crate::Error::NotHeld) when `owner` holds nothing. Unlike Java,

@@ -7,13 +7,9 @@
 use std::future::Future;
 use std::time::Duration;
 
-use fred::types::Value;
-
-use crate::acquire::Attempt;
 use crate::error::{Error, Result};
 use crate::handle::delegate_to_lock;
 use crate::lock::{Lock, LockGuard};
-use crate::script::Script;
 use crate::wait::WaitStrategy;
 use crate::LockOwner;
 
@@ -123,7 +119,7 @@ impl FencedLock {
     /// Takes the lock for `owner` with a new token, waiting as long as it takes.
     ///
     /// If `owner` already holds it, this re-enters at once (the hold count grows by one, the
-    /// lease starts over, and the new guard has a new, larger token). Waiting works as for
+    /// key lives at least this lease from now, and the new guard has a new, larger token). Waiting works as for
     /// [`Lock::lock`].
     ///
     /// # Cancel safety
@@ -280,54 +276,5 @@ impl FencedGuard {
     /// Whether [`lease_lost`](FencedGuard::lease_lost) has completed.
     pub fn is_lease_lost(&self) -> bool {
         self.guard.is_lease_lost()
-    }
-}
-
-/// Reads `lua/fenced_acquire.lua`'s reply: `{1, token}` when acquired, `{0, pttl}` when busy.
-pub(crate) fn read_fenced_reply(
-    script: &'static Script,
-    reply: Value,
-) -> Result<Attempt<Option<u64>>> {
-    if let Value::Array(items) = &reply {
-        match items.as_slice() {
-            [Value::Integer(1), Value::Integer(token)] if *token > 0 => {
-                return Ok(Attempt::Acquired(Some(*token as u64)))
-            }
-            [Value::Integer(0), Value::Integer(pttl)] => {
-                return Ok(Attempt::from_pttl(Some(*pttl), None))
-            }
-            _ => {}
-        }
-    }
-    Err(Error::UnexpectedReply {
-        script: script.name,
-        detail: format!("{reply:?}"),
-    })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::script::FENCED_ACQUIRE;
-
-    #[test]
-    fn reads_both_reply_shapes_and_rejects_others() {
-        let read = |items: Vec<Value>| read_fenced_reply(&FENCED_ACQUIRE, Value::Array(items));
-        assert!(matches!(
-            read(vec![1.into(), 7.into()]),
-            Ok(Attempt::Acquired(Some(7)))
-        ));
-        assert!(matches!(
-            read(vec![0.into(), 1500.into()]),
-            Ok(Attempt::Busy { ttl: Some(ttl) }) if ttl == Duration::from_millis(1500)
-        ));
-        // A holder without a TTL: busy, not (as Java's shape would say) acquired.
-        assert!(matches!(
-            read(vec![0.into(), (-1).into()]),
-            Ok(Attempt::Busy { ttl: None })
-        ));
-        assert!(read(vec![(-1).into(), 7.into()]).is_err());
-        assert!(read(vec![1.into()]).is_err());
-        assert!(read_fenced_reply(&FENCED_ACQUIRE, Value::Null).is_err());
     }
 }

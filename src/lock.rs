@@ -9,11 +9,11 @@ use fred::interfaces::{HashesInterface, KeysInterface};
 use fred::types::Value;
 use tokio::time::Instant;
 
-use crate::acquire::{self, deadline_after, Attempt, InFlight};
+use crate::acquire::{self, deadline_after, Attempt, InFlight, Reply};
 use crate::engine::{map_redis_error, nil_or_int, Engine, RELEASE_ATTEMPTS};
 use crate::error::{Error, Result};
 use crate::fair_lock::{epoch_millis, Pace, QueueExit};
-use crate::guard::{release_in_background, Lease, Renewal};
+use crate::guard::{release_in_background, Finishing, Lease, Renewal};
 use crate::keys::{self, LockKeys, READ_UNLOCK_MESSAGE, UNLOCK_MESSAGE};
 use crate::script::{
     Script, FAIR_ACQUIRE, FAIR_ACQUIRE_FAILED, FAIR_FORCE_RELEASE, FAIR_RELEASE, LOCK_ACQUIRE,
@@ -24,7 +24,6 @@ use crate::watchdog::{millis, HoldKey, Renew};
 use crate::LockOwner;
 // Fenced, spin and non-reentrant locks (protocol §7, §8).
 use crate::acquire::Wake;
-use crate::fenced_lock::read_fenced_reply;
 use crate::keys::NON_REENTRANT_REACQUIRE;
 use crate::script::{FENCED_ACQUIRE, SPIN_FORCE_RELEASE, SPIN_RELEASE};
 use crate::wait::WaitStrategy;
@@ -171,8 +170,8 @@ impl Lock {
 
     /// Takes the lock for `owner`, waiting as long as it takes.
     ///
-    /// If `owner` already holds it, this re-enters at once (the hold count grows by one and
-    /// the lease starts over). Waiting is woken by the unlock message of whoever releases the
+    /// If `owner` already holds it, this re-enters at once (the hold count grows by one; the
+    /// key lives at least this lease from now, never less than before). Waiting is woken by the unlock message of whoever releases the
     /// lock, Java clients included, and in any case when the holder's lease runs out; with
     /// [`WaitStrategy::Spin`] it polls by its back-off instead.
     ///
@@ -241,7 +240,7 @@ impl Lock {
 
     /// Releases one hold of `owner` without a guard, Java style: the counterpart of a guard
     /// given up with [`LockGuard::detach`]. The lock is freed (and its waiters told) when the
-    /// last hold is released; until then the lease starts over.
+    /// last hold is released; until then the key lives on for the owner's other holds.
     ///
     /// # Errors
     /// [`Error::NotHeld`] when `owner` holds nothing (nothing changes on the server),
@@ -250,7 +249,12 @@ impl Lock {
     pub async fn unlock(&self, owner: &LockOwner) -> Result<()> {
         self.check_name()?;
         let lease_ms = self.lease.millis(&self.engine)?;
-        match self.release_settled(owner, lease_ms, false).await? {
+        let (generation, keep_alive) = self.engine.watchdog.plan_unlock(&self.hold_key(owner));
+        let lease_ms = keep_alive.map_or(lease_ms, millis);
+        match self
+            .release_settled(owner, lease_ms, generation, false)
+            .await?
+        {
             Released::NotHeld => Err(self.not_held(owner)),
             Released::Partly | Released::Fully => Ok(()),
         }
@@ -444,7 +448,6 @@ impl Lock {
         let refusal = self
             .refuse_reentry
             .then(|| (self.name.clone(), owner.clone()));
-        let fenced = self.kind == Kind::Fenced;
         let in_flight = InFlight::new(
             Box::pin(async move {
                 let reply = call.await.map_err(|e| match &refusal {
@@ -459,29 +462,41 @@ impl Lock {
                     }
                     _ => map_redis_error(e, &raw),
                 })?;
-                if fenced {
-                    return read_fenced_reply(script, reply);
-                }
-                match (nil_or_int(script, reply)?, upgrade) {
-                    (Some(UPGRADE_REFUSED), Some((name, owner))) => Err(Error::WouldDeadlock(
-                        format!(
-                            "{owner} holds read-write lock {name:?} for reading only; \
+                match (Reply::read(script, reply)?, upgrade) {
+                    (Reply::Taken { new_hold, token }, _) => {
+                        Ok(Attempt::Acquired((new_hold, token)))
+                    }
+                    (Reply::Busy(UPGRADE_REFUSED), Some((name, owner))) => {
+                        Err(Error::WouldDeadlock(
+                            format!(
+                                "{owner} holds read-write lock {name:?} for reading only; \
                              upgrading to write is refused, as it would wait for itself"
-                        )
-                        .into(),
-                    )),
-                    (reply, _) => Ok(Attempt::from_pttl(reply, None)),
+                            )
+                            .into(),
+                        ))
+                    }
+                    (Reply::Busy(ms), _) => Ok(Attempt::busy(ms)),
                 }
             }),
             {
+                // Nobody took this hold: release it, keeping the key alive for the owner's
+                // other holds should it have been a re-entry.
                 let (lock, owner) = (self.clone(), owner.clone());
-                move |_token| Box::pin(async move { drop(lock.release(&owner, lease_ms).await) })
+                move |_| {
+                    Box::pin(async move {
+                        let keep_alive = lock.engine.watchdog.keep_alive(&lock.hold_key(&owner));
+                        let lease_ms = keep_alive.map_or(lease_ms, millis);
+                        drop(lock.release(&owner, lease_ms).await)
+                    })
+                }
             },
         );
         let (lock, owner) = (self.clone(), owner.clone());
         async move {
             Ok(match in_flight.await? {
-                Attempt::Acquired(token) => Attempt::Acquired(lock.guard(owner, sent_at, token)),
+                Attempt::Acquired((new_hold, token)) => {
+                    Attempt::Acquired(lock.guard(owner, sent_at, token, new_hold))
+                }
                 Attempt::Busy { ttl } => Attempt::Busy { ttl },
             })
         }
@@ -722,8 +737,15 @@ impl Lock {
         }
     }
 
-    fn guard(self, owner: LockOwner, sent_at: Instant, token: Option<u64>) -> LockGuard {
-        let renewal = Renewal::start(&self.engine, self.lease, self.hold_key(&owner), sent_at);
+    fn guard(
+        self,
+        owner: LockOwner,
+        sent_at: Instant,
+        token: Option<u64>,
+        new_hold: bool,
+    ) -> LockGuard {
+        let hold = self.hold_key(&owner);
+        let renewal = Renewal::start(&self.engine, self.lease, hold, sent_at, new_hold);
         LockGuard {
             lock: self,
             owner,
@@ -733,20 +755,20 @@ impl Lock {
         }
     }
 
-    /// Releases one hold and brings the watchdog in line with the reply. `by_guard`: the
-    /// guard already dropped its own registration, so a partial release changes nothing
-    /// more; otherwise (`Lock::unlock`) one reference of the owner's registration goes.
-    /// When the lock was freed or not held, the registration that existed when the release
-    /// was sent is forgotten (its other guards lose their hold with this one), never a
+    /// Releases one hold and brings the registry of holds in line with the reply.
+    /// `generation`: the owner's entry when the release was sent. `by_guard`: the guard
+    /// already gave up its part, so a partial release changes nothing more; otherwise
+    /// (`Lock::unlock`) one hold of the entry goes. When the lock was freed or not held,
+    /// that entry is forgotten (its other guards lose their hold with this one), never a
     /// newer one made by a later acquisition.
     async fn release_settled(
         &self,
         owner: &LockOwner,
         lease_ms: i64,
+        generation: Option<u64>,
         by_guard: bool,
     ) -> Result<Released> {
         let hold = self.hold_key(owner);
-        let generation = self.engine.watchdog.generation(&hold);
         let released = self.release(owner, lease_ms).await?;
         match released {
             Released::Partly if !by_guard => self.engine.watchdog.release_one(&hold, generation),
@@ -783,6 +805,15 @@ impl Lock {
             Some(0) => Released::Partly,
             Some(_) => Released::Fully,
         })
+    }
+
+    /// The lease a partial release resets the key's TTL to: long enough for the owner's
+    /// other holds that this client knows of, else this handle's lease.
+    fn release_lease(&self, keep_alive: Option<Duration>) -> Result<i64> {
+        match keep_alive {
+            Some(keep_alive) => Ok(millis(keep_alive)),
+            None => self.lease.millis(&self.engine),
+        }
     }
 
     fn hold_key(&self, owner: &LockOwner) -> HoldKey {
@@ -872,25 +903,39 @@ pub struct LockGuard {
 }
 
 impl LockGuard {
-    /// Releases this hold (the lock is freed with its owner's last hold).
+    /// Releases this hold (the lock is freed with its owner's last hold). A guard releases
+    /// only the hold it acquired: if that hold was lost, a newer hold of the same owner is
+    /// left alone.
+    ///
+    /// # Cancel safety
+    /// Cancel-safe: the guard gives up its part when `unlock` is called, and a future dropped
+    /// before it is done (even before its first poll) finishes the release in the
+    /// background, resends included, exactly as a dropped guard does.
     ///
     /// # Errors
-    /// [`Error::NotHeld`] when the hold was lost before (lease expired, force-unlocked,
-    /// data lost); [`Error::Redis`] when Redis could not be reached even after resending.
-    /// In the error case the hold, if it still exists, is no longer renewed and frees
-    /// itself when its lease runs out.
-    pub async fn unlock(mut self) -> Result<()> {
+    /// [`Error::NotHeld`] when the hold was lost before (lease expired, force-unlocked, data
+    /// lost; nothing is sent when this client already knows it); [`Error::Redis`] when Redis
+    /// could not be reached even after resending. In the error case the hold, if it still
+    /// exists, is no longer renewed and frees itself when its lease runs out.
+    pub fn unlock(mut self) -> impl Future<Output = Result<()>> + Send + 'static {
         self.active = false;
-        self.renewal.stop();
-        let lease_ms = self.lock.lease.millis(&self.lock.engine)?;
-        match self
-            .lock
-            .release_settled(&self.owner, lease_ms, true)
-            .await?
-        {
-            Released::NotHeld => Err(self.lock.not_held(&self.owner)),
-            Released::Partly | Released::Fully => Ok(()),
-        }
+        let leaving = self.renewal.finish();
+        let (lock, owner) = (self.lock.clone(), self.owner.clone());
+        Finishing::new(async move {
+            let Some(leaving) = leaving else {
+                // Lost before: whatever the owner holds now is a newer hold, not this one.
+                return Err(lock.not_held(&owner));
+            };
+            let lease_ms = lock.release_lease(leaving.keep_alive)?;
+            let generation = Some(leaving.generation);
+            match lock
+                .release_settled(&owner, lease_ms, generation, true)
+                .await?
+            {
+                Released::NotHeld => Err(lock.not_held(&owner)),
+                Released::Partly | Released::Fully => Ok(()),
+            }
+        })
     }
 
     /// Gives up the guard but keeps the hold (and its watchdog renewal); release it later
@@ -936,13 +981,20 @@ impl Drop for LockGuard {
         if !self.active {
             return;
         }
-        self.renewal.stop();
+        let Some(leaving) = self.renewal.finish() else {
+            // Lost before: the owner's newer hold, if any, is not this guard's to release.
+            return;
+        };
         let (lock, owner) = (self.lock.clone(), self.owner.clone());
         release_in_background(async move {
-            let Ok(lease_ms) = lock.lease.millis(&lock.engine) else {
+            let Ok(lease_ms) = lock.release_lease(leaving.keep_alive) else {
                 return;
             };
-            match lock.release_settled(&owner, lease_ms, true).await {
+            let generation = Some(leaving.generation);
+            match lock
+                .release_settled(&owner, lease_ms, generation, true)
+                .await
+            {
                 Ok(_) => {}
                 Err(error) => {
                     tracing::warn!(%error, lock = %lock.name, "releasing a dropped guard failed; the hold expires with its lease")

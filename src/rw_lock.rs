@@ -236,7 +236,7 @@ impl ReadWriteLock {
     /// Releases one write hold of `owner` without a guard, Java style: the counterpart of a
     /// guard given up with [`WriteGuard::detach`]. With the last write hold the lock is
     /// freed and every waiter told, or, when `owner` still holds read holds, it goes to read
-    /// mode (downgrade) and waiting readers are told. Until then the lease starts over.
+    /// mode (downgrade) and waiting readers are told. Until then the key lives on for the owner's other holds.
     ///
     /// # Errors
     /// As [`unlock_read`](ReadWriteLock::unlock_read), for the write side.

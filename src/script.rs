@@ -24,10 +24,18 @@ impl Script {
     }
 }
 
+/// Lists the scripts: `NAME => "file"` embeds `lua/file.lua`; `NAME => "file" with "part"`
+/// puts the shared snippet `lua/part.lua` in front of it, so each rule of the protocol is
+/// written once.
 macro_rules! scripts {
-    ($($ident:ident => $file:literal),* $(,)?) => {
-        $(pub(crate) static $ident: Script =
-            Script::new($file, include_str!(concat!("../lua/", $file, ".lua")));)*
+    ($($ident:ident => $file:literal $(with $part:literal)?),* $(,)?) => {
+        $(pub(crate) static $ident: Script = Script::new(
+            $file,
+            concat!(
+                $(include_str!(concat!("../lua/", $part, ".lua")),)?
+                include_str!(concat!("../lua/", $file, ".lua"))
+            ),
+        );)*
 
         #[cfg(test)]
         pub(crate) static ALL: &[&Script] = &[$(&$ident),*];
@@ -35,24 +43,24 @@ macro_rules! scripts {
 }
 
 scripts! {
-    LOCK_ACQUIRE => "lock_acquire",
-    LOCK_RELEASE => "lock_release",
+    LOCK_ACQUIRE => "lock_acquire" with "common",
+    LOCK_RELEASE => "lock_release" with "common",
     LOCK_FORCE_RELEASE => "lock_force_release",
-    RENEW_BATCH => "renew_batch",
-    FAIR_ACQUIRE => "fair_acquire",
+    RENEW_BATCH => "renew_batch" with "common",
+    FAIR_ACQUIRE => "fair_acquire" with "common",
     FAIR_ACQUIRE_FAILED => "fair_acquire_failed",
-    FAIR_RELEASE => "fair_release",
+    FAIR_RELEASE => "fair_release" with "common",
     FAIR_FORCE_RELEASE => "fair_force_release",
-    FENCED_ACQUIRE => "fenced_acquire",
-    SPIN_RELEASE => "spin_release",
+    FENCED_ACQUIRE => "fenced_acquire" with "common",
+    SPIN_RELEASE => "spin_release" with "common",
     SPIN_FORCE_RELEASE => "spin_force_release",
-    READ_ACQUIRE => "read_acquire",
-    READ_RELEASE => "read_release",
+    READ_ACQUIRE => "read_acquire" with "common",
+    READ_RELEASE => "read_release" with "common",
     READ_FORCE_RELEASE => "read_force_release",
-    READ_RENEW_BATCH => "read_renew_batch",
+    READ_RENEW_BATCH => "read_renew_batch" with "common",
     READ_LOCKED => "read_locked",
-    WRITE_ACQUIRE => "write_acquire",
-    WRITE_RELEASE => "write_release",
+    WRITE_ACQUIRE => "write_acquire" with "common",
+    WRITE_RELEASE => "write_release" with "common",
     WRITE_FORCE_RELEASE => "write_force_release",
 }
 

@@ -69,8 +69,8 @@ impl SpinLock {
     /// Takes the lock for `owner`, trying again after each back-off step for as long as it
     /// takes.
     ///
-    /// If `owner` already holds it, this re-enters at once (the hold count grows by one and
-    /// the lease starts over). A step never sleeps past the holder's remaining lease.
+    /// If `owner` already holds it, this re-enters at once (the hold count grows by one; the
+    /// key lives at least this lease from now, never less than before). A step never sleeps past the holder's remaining lease.
     ///
     /// # Cancel safety
     /// Cancel-safe: dropping the future at any point leaves no hold behind. A hold taken by

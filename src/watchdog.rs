@@ -47,27 +47,70 @@ pub(crate) enum Renew {
     Reader { key_prefix: Arc<str> },
 }
 
-/// A guard's registration; hand it back with [`Watchdog::deregister`].
+/// A guard's part in a hold; hand it back with [`Watchdog::leave`].
 #[derive(Debug)]
 pub(crate) struct Ticket {
     hold: HoldKey,
     entry_id: u64,
+    /// When the guard's fixed lease ends; `None` for a watchdog lease.
+    fixed: Option<Instant>,
 }
 
+/// One hold of this client as it lives in Redis: every guard (and detached hold) of one
+/// owner on one lock, from the acquisition that created the field until it is gone. A
+/// new hold of the same owner after this one was lost is a new entry with a new `id`,
+/// which is how a guard of the lost hold knows it must not release the new one.
 struct Entry {
     id: u64,
     slot: u16,
-    /// Guards (and detached holds) that want this hold renewed.
-    refs: usize,
-    /// When the lease runs out unless renewed: counted from before the command that last
-    /// set it was sent.
+    /// Holds of this entry with a watchdog lease: while there is one, the key is renewed.
+    renewed: usize,
+    /// When each fixed-lease hold of this entry ends.
+    fixed: Vec<Instant>,
+    /// When the watchdog lease runs out unless renewed (while `renewed > 0`): counted from
+    /// before the command that last set it was sent.
     expires: Instant,
     lost: watch::Sender<bool>,
+}
+
+impl Entry {
+    fn is_empty(&self) -> bool {
+        self.renewed == 0 && self.fixed.is_empty()
+    }
+
+    /// How long the key must live for this entry's holds: the watchdog timeout while one is
+    /// renewed, else until the last fixed lease ends; `None` when no hold is known.
+    fn longest(&self, timeout: Duration, now: Instant) -> Option<Duration> {
+        if self.renewed > 0 {
+            return Some(timeout);
+        }
+        let end = self.fixed.iter().max()?;
+        Some(
+            end.saturating_duration_since(now)
+                .max(Duration::from_millis(1)),
+        )
+    }
+
+    fn remove_fixed(&mut self, end: Instant) {
+        if let Some(at) = self.fixed.iter().position(|e| *e == end) {
+            self.fixed.swap_remove(at);
+        }
+    }
 }
 
 struct Registry {
     holds: HashMap<HoldKey, Entry>,
     closed: bool,
+}
+
+/// What a guard that gives up its hold needs for the release script.
+#[derive(Debug)]
+pub(crate) struct Leaving {
+    /// The entry the guard belonged to, to be named when the release's reply arrives.
+    pub(crate) generation: u64,
+    /// How long the key must still live for the owner's other holds; `None` when this
+    /// client knows of none (the handle's lease applies).
+    pub(crate) keep_alive: Option<Duration>,
 }
 
 pub(crate) struct Watchdog {
@@ -76,7 +119,7 @@ pub(crate) struct Watchdog {
     timeout: Duration,
     /// Group holds by cluster slot (else every hold is filed under slot 0).
     by_slot: bool,
-    /// Wakes the task when the first hold is registered.
+    /// Wakes the task when a hold needs renewing.
     wake: Notify,
 }
 
@@ -99,12 +142,25 @@ impl Watchdog {
         })
     }
 
-    /// Starts renewing `hold`, or adds a reference when it is already renewed (re-entry).
-    /// `sent_at` is when the acquire that set the lease was sent.
-    pub(crate) fn register(&self, hold: HoldKey, sent_at: Instant) -> (Ticket, LostSignal) {
+    /// Records a guard of `hold` taken by a command sent at `sent_at`, with a fixed lease
+    /// ending at `fixed` or (`None`) renewed by the watchdog. `new_hold`: the script found no
+    /// hold of the owner, so any entry still recorded belongs to a hold that was lost
+    /// meanwhile: its guards are told, and it is replaced.
+    pub(crate) fn register(
+        &self,
+        hold: HoldKey,
+        sent_at: Instant,
+        fixed: Option<Instant>,
+        new_hold: bool,
+    ) -> (Ticket, LostSignal) {
         let mut registry = self.registry.lock();
         let closed = registry.closed;
-        let first = registry.holds.is_empty();
+        if new_hold {
+            if let Some(stale) = registry.holds.remove(&hold) {
+                tracing::warn!(key = %hold.key, field = %hold.field, "hold lost: the owner's new acquisition found it gone");
+                stale.lost.send_replace(true);
+            }
+        }
         let entry = registry.holds.entry(hold.clone()).or_insert_with(|| Entry {
             id: self.next_id.fetch_add(1, Ordering::Relaxed),
             slot: if self.by_slot {
@@ -112,15 +168,27 @@ impl Watchdog {
             } else {
                 0
             },
-            refs: 0,
+            renewed: 0,
+            fixed: Vec::new(),
             expires: sent_at + self.timeout,
             lost: watch::channel(false).0,
         });
-        entry.refs += 1;
-        entry.expires = entry.expires.max(sent_at + self.timeout);
+        let first_renewed = fixed.is_none() && entry.renewed == 0;
+        match fixed {
+            Some(end) => entry.fixed.push(end),
+            None if first_renewed => {
+                entry.renewed = 1;
+                entry.expires = sent_at + self.timeout;
+            }
+            None => {
+                entry.renewed += 1;
+                entry.expires = entry.expires.max(sent_at + self.timeout);
+            }
+        }
         let ticket = Ticket {
             hold,
             entry_id: entry.id,
+            fixed,
         };
         let signal = entry.lost.subscribe();
         if closed {
@@ -128,32 +196,51 @@ impl Watchdog {
             entry.lost.send_replace(true);
         }
         drop(registry);
-        if first {
+        if first_renewed {
             self.wake.notify_one();
         }
         (ticket, signal)
     }
 
-    /// Drops one reference; renewal stops with the last one.
-    pub(crate) fn deregister(&self, ticket: Ticket) {
+    /// A guard gives up its part: renewal stops with the entry's last renewed hold.
+    /// `None` when the guard's hold is already known to be lost (its entry was forgotten or
+    /// replaced by a newer hold of the owner): its release must then touch nothing.
+    pub(crate) fn leave(&self, ticket: Ticket) -> Option<Leaving> {
         let mut registry = self.registry.lock();
-        if let Some(entry) = registry.holds.get_mut(&ticket.hold) {
-            if entry.id == ticket.entry_id {
-                entry.refs -= 1;
-                if entry.refs == 0 {
-                    registry.holds.remove(&ticket.hold);
-                }
-            }
+        let entry = registry
+            .holds
+            .get_mut(&ticket.hold)
+            .filter(|entry| entry.id == ticket.entry_id)?;
+        match ticket.fixed {
+            Some(end) => entry.remove_fixed(end),
+            None => entry.renewed = entry.renewed.saturating_sub(1),
+        }
+        let leaving = Leaving {
+            generation: entry.id,
+            keep_alive: entry.longest(self.timeout, Instant::now()),
+        };
+        if entry.is_empty() {
+            registry.holds.remove(&ticket.hold);
+        }
+        Some(leaving)
+    }
+
+    /// For a release without a guard (`Lock::unlock`): the entry as it is now, to be named
+    /// when the reply arrives, and how long the key must live for the owner's holds.
+    pub(crate) fn plan_unlock(&self, hold: &HoldKey) -> (Option<u64>, Option<Duration>) {
+        let registry = self.registry.lock();
+        match registry.holds.get(hold) {
+            Some(entry) => (Some(entry.id), entry.longest(self.timeout, Instant::now())),
+            None => (None, None),
         }
     }
 
-    /// The registration of `hold` as it is now, to be named when the server's answer about
-    /// it arrives: a registration made after that (a new hold) is then left alone.
-    pub(crate) fn generation(&self, hold: &HoldKey) -> Option<u64> {
-        self.registry.lock().holds.get(hold).map(|entry| entry.id)
+    /// How long the key of `hold` must live for the holds this client knows of.
+    pub(crate) fn keep_alive(&self, hold: &HoldKey) -> Option<Duration> {
+        self.plan_unlock(hold).1
     }
 
-    /// The registrations of every hold of `key`, as [`generation`](Self::generation).
+    /// The registrations of every hold of `key`, as `(hold, generation)`.
     pub(crate) fn generations_of_key(&self, key: &str) -> Vec<(HoldKey, u64)> {
         let registry = self.registry.lock();
         registry
@@ -164,21 +251,28 @@ impl Watchdog {
             .collect()
     }
 
-    /// A release outside any guard (`Lock::unlock`) ended one hold of registration `id`.
+    /// A release outside any guard (`Lock::unlock`) ended one hold of entry `id` (a
+    /// detached one: a renewed hold if there is one, else the fixed one that ends first).
     pub(crate) fn release_one(&self, hold: &HoldKey, id: Option<u64>) {
         let mut registry = self.registry.lock();
-        if let Some(entry) = registry.holds.get_mut(hold) {
-            if Some(entry.id) == id {
-                entry.refs = entry.refs.saturating_sub(1);
-                if entry.refs == 0 {
-                    registry.holds.remove(hold);
-                }
-            }
+        let Some(entry) = registry.holds.get_mut(hold) else {
+            return;
+        };
+        if Some(entry.id) != id {
+            return;
+        }
+        if entry.renewed > 0 {
+            entry.renewed -= 1;
+        } else if let Some(first) = entry.fixed.iter().min().copied() {
+            entry.remove_fixed(first);
+        }
+        if entry.is_empty() {
+            registry.holds.remove(hold);
         }
     }
 
-    /// Registration `id` of `hold` no longer exists on the server: stop renewing it and tell
-    /// its guards.
+    /// Entry `id` of `hold` no longer exists on the server: stop renewing it and tell its
+    /// guards.
     pub(crate) fn forget(&self, hold: &HoldKey, id: Option<u64>) {
         let mut registry = self.registry.lock();
         if registry
@@ -203,8 +297,9 @@ impl Watchdog {
     }
 
     /// How many holds are being renewed.
-    pub(crate) fn len(&self) -> usize {
-        self.registry.lock().holds.len()
+    pub(crate) fn renewed(&self) -> usize {
+        let registry = self.registry.lock();
+        registry.holds.values().filter(|e| e.renewed > 0).count()
     }
 
     /// The renewal loop; returns when the client shuts down.
@@ -217,7 +312,7 @@ impl Watchdog {
                 if registry.closed {
                     return;
                 }
-                registry.holds.is_empty()
+                registry.holds.values().all(|entry| entry.renewed == 0)
             };
             if idle {
                 self.wake.notified().await;
@@ -251,6 +346,9 @@ impl Watchdog {
         // One group per slot and renewal kind: each kind has its own script.
         let mut batches: HashMap<(u16, bool), Vec<(HoldKey, u64)>> = HashMap::new();
         for (hold, entry) in self.registry.lock().holds.iter() {
+            if entry.renewed == 0 {
+                continue;
+            }
             let reader = matches!(hold.renew, Renew::Reader { .. });
             batches
                 .entry((entry.slot, reader))

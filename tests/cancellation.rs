@@ -150,3 +150,46 @@ async fn select_on_lease_lost_beside_the_work() {
     };
     assert_eq!(outcome, "stopped: lease lost");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_unlock_still_releases_the_hold() {
+    let server = RedisServer::start();
+    let c = client(&server).await;
+    let me = c.new_owner();
+    // A long lease: only the release itself can free the lock in time.
+    let lock = c
+        .lock("cancel-unlock")
+        .with_lease(Lease::Fixed(Duration::from_secs(60)));
+    let free = || server.command(&["EXISTS", "cancel-unlock"]) == "0";
+
+    // Dropped before its first poll.
+    let guard = lock.lock(&me).await.unwrap();
+    drop(guard.unlock());
+    eventually(
+        Duration::from_secs(5),
+        "released after an unpolled drop",
+        free,
+    )
+    .await;
+
+    // Dropped at points before, during and after the script's round trip, with an outer hold
+    // of the same owner that must survive every one of them.
+    let outer = lock.lock(&me).await.unwrap();
+    let mut finished = 0;
+    for i in 0..200 {
+        let inner = lock.lock(&me).await.unwrap();
+        if tokio::time::timeout(spread(i, 400), inner.unlock())
+            .await
+            .is_ok()
+        {
+            finished += 1;
+        }
+        eventually(Duration::from_secs(5), "the inner hold released", || {
+            server.command(&["HGET", "cancel-unlock", &me.to_string()]) == "1"
+        })
+        .await;
+    }
+    assert!(finished < 200, "no unlock was cancelled");
+    outer.unlock().await.unwrap();
+    assert!(free());
+}

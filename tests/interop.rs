@@ -188,7 +188,7 @@ async fn the_unlock_latch_makes_a_resent_release_idempotent() {
     // Run the release script twice with one request id, as a resend after a lost reply
     // does: the second run replays the first outcome and releases nothing more.
     let server = RedisServer::start();
-    let release = include_str!("../lua/lock_release.lua");
+    let release = &lua("lock_release");
     server.command(&["HSET", "latched", "me:1", "2"]);
     let run = || {
         server.command(&[

@@ -171,8 +171,7 @@ async fn the_wire_reply_is_redissons_error() {
     // A Java holder's view: the same script and arguments give the error reply.
     server.command(&["HSET", "nr-java", "java:1", "1"]);
     server.command(&["PEXPIRE", "nr-java", "30000"]);
-    let lua = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/lua/lock_acquire.lua"))
-        .unwrap();
+    let lua = lua("lock_acquire");
     let reply = server.command(&[
         "EVAL",
         &lua,

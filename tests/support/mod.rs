@@ -48,3 +48,13 @@ pub async fn eventually(limit: Duration, what: &str, mut check: impl FnMut() -> 
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+/// The script `lua/<name>.lua` as the crate sends it: the shared prologue first.
+pub fn lua(name: &str) -> String {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/lua/");
+    let read = |file: &str| {
+        std::fs::read_to_string(format!("{dir}{file}.lua"))
+            .unwrap_or_else(|e| panic!("read lua/{file}.lua: {e}"))
+    };
+    read("common") + &read(name)
+}

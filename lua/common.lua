@@ -1,0 +1,24 @@
+-- Shared prologue, put in front of the scripts that set a TTL (see src/script.rs), so each
+-- rule is written once.
+
+-- A Lua script's writes stay when a later command fails, so every duration is checked
+-- before anything is written: a whole number of milliseconds from 1 to 2^53 - 1 (the
+-- largest a Lua number holds exactly, and far below what PEXPIRE refuses).
+local function valid_ms(text)
+    local ms = tonumber(text)
+    if not ms or ms < 1 or ms > 9007199254740991 or ms % 1 ~= 0 then
+        error({err = 'ERR invalid duration in ms: ' .. tostring(text)})
+    end
+    return text
+end
+
+-- One more hold of `owner` (a re-entry, or a reader joining): the count grows by one and
+-- the key lives at least `lease` ms from now, never less than before, since the owner's
+-- other holds (or other readers) may need longer. Returns the new count.
+local function add_hold(key, owner, lease)
+    local count = redis.call('hincrby', key, owner, 1)
+    if redis.call('pttl', key) < tonumber(lease) then
+        redis.call('pexpire', key, lease)
+    end
+    return count
+end
