@@ -3,9 +3,12 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use tokio::sync::futures::Notified;
+use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use fred::types::Value;
@@ -106,6 +109,10 @@ const OUTAGE_BACKOFF: (Duration, Duration) = (Duration::from_millis(50), Duratio
 /// `attempt` runs one acquire script; it must leave no hold behind when it is dropped
 /// mid-flight (see [`InFlight`]). Returns `Ok(None)` when `deadline` passed.
 ///
+/// A wake-up is never lost: a waiter woken by a message makes one more attempt even when its
+/// deadline has passed meanwhile, and one that ends without an attempt after the wake-up
+/// (an error, the future dropped) passes it on to another local waiter (see [`Unanswered`]).
+///
 /// Errors of the first attempt are returned as they are (Redis down, wrong type). Once
 /// waiting, transient errors are retried with back-off until Redis has been unreachable for
 /// `outage_limit`; this is what lets a waiter ride out a Redis restart.
@@ -135,8 +142,11 @@ where
     let outage_limit = engine.settings.watchdog_timeout;
     let mut subscription: Option<Subscription> = None;
     let mut outage: Option<(Instant, Duration)> = None;
+    let mut unanswered = Unanswered::default();
     loop {
-        if deadline.is_some_and(|d| Instant::now() >= d) {
+        // Past the deadline, only a wake-up not yet answered earns a last attempt.
+        let last = deadline.is_some_and(|d| Instant::now() >= d);
+        if last && !unanswered.is_pending() {
             return Ok(None);
         }
         engine.check_open()?;
@@ -158,18 +168,29 @@ where
         }
 
         // Register for the next message before trying, so one sent in between is kept.
-        let notified = subscription.as_ref().map(|s| s.notify().notified());
-        let mut notified = std::pin::pin!(notified);
-        if let Some(notified) = notified.as_mut().as_pin_mut() {
-            notified.enable();
+        let mut notified = std::pin::pin!(None);
+        if let Some(subscription) = &subscription {
+            if register(notified.as_mut(), subscription.notify()) {
+                unanswered.take(subscription.notify());
+            }
         }
 
         let ttl = match attempt().await {
-            Ok(Attempt::Acquired(hold)) => return Ok(Some(hold)),
+            Ok(Attempt::Acquired(hold)) => {
+                unanswered.answer();
+                return Ok(Some(hold));
+            }
             Ok(Attempt::Busy { ttl }) => {
+                // The lock was looked at after every wake-up taken so far.
+                unanswered.answer();
+                if last {
+                    return Ok(None);
+                }
                 outage = None;
                 ttl
             }
+            // The last attempt failed: the wake-up goes on to another waiter.
+            Err(error) if error.is_retryable() && last => return Ok(None),
             Err(error) if error.is_retryable() => {
                 let (since, backoff) = outage.get_or_insert((Instant::now(), OUTAGE_BACKOFF.0));
                 if since.elapsed() >= outage_limit {
@@ -200,11 +221,60 @@ where
             tokio::time::sleep(spin_pause(delays, ttl, deadline)).await;
             continue;
         }
-        match notified.as_mut().as_pin_mut() {
-            Some(notified) => {
-                let _ = tokio::time::timeout(wait, notified).await;
+        match (notified.as_mut().as_pin_mut(), &subscription) {
+            (Some(notified), Some(subscription)) => {
+                if tokio::time::timeout(wait, notified).await.is_ok() {
+                    unanswered.take(subscription.notify());
+                }
             }
-            None => tokio::time::sleep(wait).await,
+            _ => tokio::time::sleep(wait).await,
+        }
+    }
+}
+
+/// Registers `slot` for the channel's next wake-up. A wake-up stored while no waiter was
+/// registered is taken on the way (and a fresh registration made): returns whether one was.
+/// The attempt that follows answers it.
+fn register<'a>(mut slot: Pin<&mut Option<Notified<'a>>>, notify: &'a Notify) -> bool {
+    let mut took = false;
+    loop {
+        slot.set(Some(notify.notified()));
+        let notified = slot.as_mut().as_pin_mut().expect("just set");
+        if !notified.enable() {
+            return took;
+        }
+        took = true;
+    }
+}
+
+/// A wake-up this waiter took from its channel that no attempt has answered yet. If the
+/// waiter ends before one does (an error, the future dropped), [`Drop`] passes the wake-up on
+/// to another local waiter of the channel, which then looks at the lock in its place.
+///
+/// (A wake-up given to a registration that is dropped before it completed is passed on by
+/// Tokio's `Notified` itself.)
+#[derive(Default)]
+struct Unanswered(Option<Arc<Notify>>);
+
+impl Unanswered {
+    fn take(&mut self, notify: &Arc<Notify>) {
+        self.0 = Some(notify.clone());
+    }
+
+    /// An attempt made after the wake-up has looked at the lock.
+    fn answer(&mut self) {
+        self.0 = None;
+    }
+
+    fn is_pending(&self) -> bool {
+        self.0.is_some()
+    }
+}
+
+impl Drop for Unanswered {
+    fn drop(&mut self) {
+        if let Some(notify) = self.0.take() {
+            notify.notify_one();
         }
     }
 }
@@ -327,5 +397,37 @@ mod tests {
         assert_eq!(ttl(-2), Some(Duration::ZERO));
         // A holder without a TTL: busy, with no end in sight.
         assert_eq!(ttl(-1), None);
+    }
+
+    #[test]
+    fn registering_takes_a_stored_wake_up_and_stays_registered() {
+        let notify = Notify::new();
+        let mut slot = std::pin::pin!(None);
+        assert!(!register(slot.as_mut(), &notify), "nothing stored yet");
+        // Sent to the registration; re-registering drops it, which stores the wake-up,
+        // and the fresh registration takes it.
+        notify.notify_one();
+        assert!(register(slot.as_mut(), &notify));
+        assert!(!register(slot.as_mut(), &notify), "taken once only");
+    }
+
+    #[test]
+    fn an_unanswered_wake_up_is_passed_on_and_an_answered_one_is_not() {
+        let notify = Arc::new(Notify::new());
+        let mut slot = std::pin::pin!(None);
+        let mut answered = Unanswered::default();
+        answered.take(&notify);
+        answered.answer();
+        drop(answered);
+        assert!(!register(slot.as_mut(), &notify));
+
+        let mut unanswered = Unanswered::default();
+        unanswered.take(&notify);
+        assert!(unanswered.is_pending());
+        drop(unanswered);
+        assert!(
+            register(slot.as_mut(), &notify),
+            "passed on to the next waiter"
+        );
     }
 }

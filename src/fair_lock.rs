@@ -177,7 +177,8 @@ impl FairLock {
     /// Whether anyone (in any process) holds the lock. Waiters do not count.
     ///
     /// # Errors
-    /// [`Error::Redis`](crate::Error::Redis) when Redis cannot be reached.
+    /// [`Error::Redis`](crate::Error::Redis) when Redis cannot be reached,
+    /// [`Error::WrongType`](crate::Error::WrongType) when the key is not a lock hash.
     pub async fn is_locked(&self) -> Result<bool> {
         self.inner.is_locked().await
     }

@@ -29,7 +29,8 @@ macro_rules! delegate_to_lock {
             /// holds the lock.
             ///
             /// # Errors
-            /// [`Error::Redis`](crate::Error::Redis) when Redis cannot be reached.
+            /// [`Error::Redis`](crate::Error::Redis) when Redis cannot be reached,
+            /// [`Error::WrongType`](crate::Error::WrongType) when the key is not a lock hash.
             pub async fn is_locked(&self) -> $crate::Result<bool> {
                 self.inner.is_locked().await
             }

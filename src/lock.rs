@@ -290,15 +290,23 @@ impl Lock {
     /// Whether anyone (in any process) holds the lock.
     ///
     /// # Errors
-    /// [`Error::Redis`] when Redis cannot be reached.
+    /// [`Error::Redis`] when Redis cannot be reached, [`Error::WrongType`] when the key is
+    /// not a lock hash.
     pub async fn is_locked(&self) -> Result<bool> {
         self.check_name()?;
         self.engine.check_open()?;
         let raw = &*self.keys.raw;
         match self.kind {
+            // HLEN, not EXISTS: like `hold_count`, it fails on a key of another type; it is 0
+            // only for a missing key.
             Kind::Reentrant | Kind::Fair | Kind::Fenced | Kind::Spin => {
-                let exists: i64 = self.engine.redis.exists(raw).await?;
-                Ok(exists > 0)
+                let fields: i64 = self
+                    .engine
+                    .redis
+                    .hlen(raw)
+                    .await
+                    .map_err(|e| map_redis_error(e, raw))?;
+                Ok(fields > 0)
             }
             // Read mode, or write mode where the writer also holds read holds (§5.7).
             Kind::Read => {

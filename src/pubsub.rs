@@ -166,7 +166,7 @@ pub(crate) struct Subscription {
 
 impl Subscription {
     /// Where messages for this channel are signalled.
-    pub(crate) fn notify(&self) -> &Notify {
+    pub(crate) fn notify(&self) -> &Arc<Notify> {
         &self.notify
     }
 }

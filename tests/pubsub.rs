@@ -6,7 +6,7 @@ mod support;
 use std::time::{Duration, Instant};
 
 use fred::prelude::*;
-use redisson_lock::LockClient;
+use redisson_lock::{Lease, LockClient};
 use support::*;
 
 fn evalsha_calls(server: &RedisServer) -> u64 {
@@ -201,4 +201,57 @@ async fn a_channel_lingers_briefly_so_a_returning_waiter_skips_subscribing() {
         || c.subscribed_channels() == 0 && server.command(&["PUBSUB", "CHANNELS"]).is_empty(),
     )
     .await;
+}
+
+/// Two waiters on one client: A with a deadline, B without. The holder releases while A's
+/// task is not being polled (a busy runtime), so the one unlock message goes to A, the
+/// oldest waiter, and A next runs after its deadline. A must not swallow the wake-up: it
+/// either takes the lock with one last attempt or passes the wake-up on, and B gets the lock
+/// long before the holder's 20 s lease would have freed it.
+#[tokio::test]
+async fn a_timed_waiter_woken_at_its_deadline_does_not_swallow_the_wake_up() {
+    let server = RedisServer::start();
+    let (holding, waiting) = (client(&server).await, client(&server).await);
+    let name = "swallowed-wake";
+    let held = holding
+        .lock(name)
+        .with_lease(Lease::Fixed(Duration::from_secs(20)))
+        .lock(&holding.new_owner())
+        .await
+        .unwrap();
+
+    const A_WAIT: Duration = Duration::from_millis(2500);
+    let lock = waiting.lock(name);
+    let base = evalsha_calls(&server);
+    let a_started = Instant::now();
+    let mut a = std::pin::pin!(lock.try_lock_for(&waiting.new_owner(), A_WAIT));
+    // Poll A until the server saw its second attempt: A registered for the channel's next
+    // wake-up before sending it, so A is now the oldest waiter on the channel.
+    tokio::select! {
+        result = &mut a => panic!("A ended before it waited: {result:?}"),
+        () = eventually(Duration::from_secs(10), "A's second attempt", || {
+            evalsha_calls(&server) >= base + 2
+        }) => {}
+    }
+    // B waits too (its two attempts), registered behind A. A is not polled from here on.
+    let b = tokio::spawn(lock.lock(&waiting.new_owner()));
+    eventually(Duration::from_secs(10), "B's second attempt", || {
+        evalsha_calls(&server) >= base + 4
+    })
+    .await;
+    assert_eq!(waiting.subscribed_channels(), 1);
+
+    held.unlock().await.unwrap();
+    // The scenario: A's deadline passes while its wake-up waits for it.
+    tokio::time::sleep_until((a_started + A_WAIT + Duration::from_secs(1)).into()).await;
+    if let Some(guard) = within(Duration::from_secs(5), "A", a).await.unwrap() {
+        // A looked once more and took the lock: releasing it wakes B.
+        guard.unlock().await.unwrap();
+    }
+    // Far below the 17 s or so of the holder's lease that B would otherwise sleep through.
+    let guard = within(Duration::from_secs(8), "B, woken", b)
+        .await
+        .unwrap()
+        .unwrap();
+    guard.unlock().await.unwrap();
 }
