@@ -28,9 +28,14 @@ use crate::LockOwner;
 /// Each waiter has a deadline in the queue: the deadline of the waiter before it plus its
 /// own wait ([`LockClientBuilder::fair_wait_timeout`](crate::LockClientBuilder::fair_wait_timeout)
 /// for [`lock`](FairLock::lock), the given wait for [`try_lock_for`](FairLock::try_lock_for)).
-/// A waiter whose deadline passed while it was first in line is dropped from the queue, so a
-/// waiter whose process died holds up the others for at most that long. A waiter that gives
-/// up (its `try_lock_for` wait ran out, or its future was dropped) leaves the queue at once.
+/// A waiter whose deadline passed while it was first in line counts as gone and is dropped
+/// from the queue, so a waiter whose process died holds up the others for about its wait
+/// at most, counted from when the hold it last saw would have ended. A waiter that keeps asking never loses its place,
+/// however long the hold lasts: whenever it looks while first in line it moves its
+/// deadline (and the ones behind it, by as much) to the holder's remaining lease plus its
+/// wait from now. Java waiters do not (see the builder's `fair_wait_timeout`). A waiter that
+/// gives up (its `try_lock_for` wait ran out, or its future was dropped) leaves the queue at
+/// once.
 ///
 /// Deadlines are compared with each client's wall clock: the clients of one lock need
 /// roughly synchronised clocks, as with Redisson.
@@ -232,19 +237,28 @@ pub(crate) fn epoch_millis() -> i64 {
 /// keeps the order, since the first waiter is woken by its own message anyway.
 const PACE: (u64, u64) = (4, 64);
 
-/// Turns a fair waiter's "no time to wait" replies into a doubling, bounded pause.
+/// Shapes a fair waiter's replies into its sleeps between attempts: a busy reply without a
+/// positive wait becomes a doubling, bounded pause, and no sleep is longer than half the
+/// waiter's wait in the queue. Looking again within half its wait keeps a waiter's place:
+/// its deadline is refreshed whenever it looks while first in line (see
+/// `lua/fair_acquire.lua`), and a waiter that becomes first in line without being woken
+/// (the one before it took the lock) still looks again well before its deadline, whatever
+/// the reply said (a holder's lease can be longer than the wait).
 pub(crate) struct Pace {
     next_ms: AtomicU64,
+    longest: Duration,
 }
 
 impl Pace {
-    pub(crate) fn new() -> Pace {
+    /// `wait_ms`: the waiter's wait in the queue (the script's ARGV[3]).
+    pub(crate) fn new(wait_ms: i64) -> Pace {
         Pace {
             next_ms: AtomicU64::new(PACE.0),
+            longest: Duration::from_millis((wait_ms / 2).max(1) as u64),
         }
     }
 
-    /// Runs one attempt; a busy reply without a positive wait becomes the next pause.
+    /// Runs one attempt; a busy reply becomes the next sleep.
     pub(crate) async fn paced<T>(
         &self,
         attempt: impl Future<Output = Result<Attempt<T>>>,
@@ -252,14 +266,16 @@ impl Pace {
         Ok(match attempt.await? {
             Attempt::Busy { ttl: Some(ttl) } if !ttl.is_zero() => {
                 self.next_ms.store(PACE.0, Ordering::Relaxed);
-                Attempt::Busy { ttl: Some(ttl) }
+                Attempt::Busy {
+                    ttl: Some(ttl.min(self.longest)),
+                }
             }
             Attempt::Busy { .. } => {
                 let pause = self.next_ms.load(Ordering::Relaxed);
                 self.next_ms
                     .store((pause * 2).min(PACE.1), Ordering::Relaxed);
                 Attempt::Busy {
-                    ttl: Some(Duration::from_millis(pause)),
+                    ttl: Some(Duration::from_millis(pause).min(self.longest)),
                 }
             }
             acquired => acquired,

@@ -409,8 +409,9 @@ impl Lock {
             Kind::Fair => {
                 // Queued from the first attempt on: whatever ends the wait without the lock
                 // (deadline, error, drop) takes the waiter out of the queue at once.
-                let exit = QueueExit::arm(self.clone(), owner.clone(), self.fair_wait_ms(wait));
-                let pace = &Pace::new();
+                let wait_ms = self.fair_wait_ms(wait);
+                let exit = QueueExit::arm(self.clone(), owner.clone(), wait_ms);
+                let pace = &Pace::new(wait_ms);
                 let attempt = move || pace.paced(attempt());
                 match acquire::acquire(&self.engine, wake, deadline, attempt).await {
                     Ok(Some(guard)) => {
