@@ -166,11 +166,27 @@ impl LockClient {
         &self.engine.redis
     }
 
-    /// Stops the watchdog and the pub/sub task and closes the connections this client
-    /// opened. Holds are not released, as in Redisson: they expire within their lease.
-    /// Every guard's `lease_lost()` fires, waiting calls end with [`Error::Closed`], and so
-    /// does every later call. Dropping the last handle (clients, locks and guards all hold
-    /// one) does the same in the background.
+    /// Stops the watchdog and the pub/sub task, takes this client's fair lock waiters out
+    /// of their queues, and closes the connections this client opened.
+    ///
+    /// Holds are not released, as in Redisson: they expire within their lease. Every
+    /// guard's `lease_lost()` fires, waiting calls end with [`Error::Closed`], and so does
+    /// every later call. Fair acquire scripts already sent are answered first; no new one
+    /// is sent. Then every waiter of this client still in a fair queue leaves it, as a
+    /// waiter that gives up does, so the waiters behind move up at once and a free lock is
+    /// not blocked until the deadlines of waiters that are gone (Redisson leaves them
+    /// queued until then). When this returns, none of this client's waiters is in a queue,
+    /// unless Redis could not be reached (such an entry is dropped at its deadline, and a
+    /// warning is logged); while Redis is unreachable, this takes a few command timeouts.
+    ///
+    /// Dropping the last handle (clients, locks and guards all hold one) closes the client
+    /// in the background, but there are no fair waiters left to take out then (each holds
+    /// a handle).
+    ///
+    /// # Cancel safety
+    /// Cancel-safe: once called, the shutdown runs to its end in a task of its own;
+    /// dropping the future only stops waiting for it. Calling it again waits for the
+    /// first call's work.
     pub async fn shutdown(&self) {
         self.engine.shutdown().await;
     }

@@ -106,7 +106,8 @@ impl FairLock {
     /// when the key, the queue or the deadline set holds another type,
     /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) for an empty name or a bad
     /// lease, [`Error::Closed`](crate::Error::Closed) after shutdown. A waiter that fails
-    /// leaves the queue in the background.
+    /// leaves the queue in the background (at shutdown, before
+    /// [`shutdown`](crate::LockClient::shutdown) returns).
     pub fn lock(
         &self,
         owner: &LockOwner,
@@ -286,6 +287,8 @@ impl Pace {
 /// Takes a queued waiter out of the queue unless disarmed: when the wait ran out
 /// ([`leave`](QueueExit::leave)) and when the waiting future is dropped or fails (in the
 /// background), so that the waiters behind it move up at once instead of at its deadline.
+/// While armed, the waiter is registered with the client, whose shutdown takes it out of
+/// the queue (it can no longer leave on its own then).
 ///
 /// An acquire script still on the wire when the future is dropped is sent before the
 /// leave script on the same connection, so it runs first; if it took the lock, it already
@@ -293,27 +296,45 @@ impl Pace {
 ///
 /// [`InFlight`]: crate::acquire::InFlight
 pub(crate) struct QueueExit {
-    armed: Option<(Lock, LockOwner)>,
+    armed: Option<Armed>,
+}
+
+struct Armed {
+    lock: Lock,
+    owner: LockOwner,
     wait_ms: i64,
+    /// Its registration with the client (see `Engine::queue_exits`).
+    id: u64,
 }
 
 impl QueueExit {
+    /// Arms the exit of `owner`, which is about to join `lock`'s queue with wait `wait_ms`.
     pub(crate) fn arm(lock: Lock, owner: LockOwner, wait_ms: i64) -> QueueExit {
+        let id = lock
+            .engine()
+            .queue_exits
+            .register(lock.leave_call(&owner, wait_ms));
         QueueExit {
-            armed: Some((lock, owner)),
-            wait_ms,
+            armed: Some(Armed {
+                lock,
+                owner,
+                wait_ms,
+                id,
+            }),
         }
     }
 
     /// The waiter got the lock, which took it out of the queue.
     pub(crate) fn disarm(mut self) {
-        self.armed = None;
+        if let Some(armed) = self.armed.take() {
+            armed.lock.engine().queue_exits.unregister(armed.id);
+        }
     }
 
     /// Leaves the queue now. Should the caller drop this future, the drop still leaves.
     pub(crate) async fn leave(mut self) {
-        if let Some((lock, owner)) = &self.armed {
-            leave(lock, owner, self.wait_ms).await;
+        if let Some(armed) = &self.armed {
+            leave(armed).await;
         }
         self.armed = None;
     }
@@ -321,27 +342,33 @@ impl QueueExit {
 
 impl Drop for QueueExit {
     fn drop(&mut self) {
-        let Some((lock, owner)) = self.armed.take() else {
+        let Some(armed) = self.armed.take() else {
             return;
         };
-        let wait_ms = self.wait_ms;
         match tokio::runtime::Handle::try_current() {
-            Ok(runtime) => drop(runtime.spawn(async move { leave(&lock, &owner, wait_ms).await })),
+            Ok(runtime) => drop(runtime.spawn(async move { leave(&armed).await })),
             Err(_) => tracing::warn!(
-                lock = lock.name(),
-                "fair waiter dropped outside a Tokio runtime; it stays queued until its deadline"
+                lock = armed.lock.name(),
+                "fair waiter dropped outside a Tokio runtime; it stays queued until its deadline or the client's shutdown"
             ),
         }
     }
 }
 
-async fn leave(lock: &Lock, owner: &LockOwner, wait_ms: i64) {
-    match lock.leave_queue(owner, wait_ms).await {
+async fn leave(armed: &Armed) {
+    let Armed {
+        lock,
+        owner,
+        wait_ms,
+        id,
+    } = armed;
+    match lock.leave_queue(owner, *wait_ms).await {
         Ok(()) => {}
-        // Shutting down: like Redisson's, the waiter stays queued until its deadline.
-        Err(Error::Closed) => {}
+        // Shutting down: the shutdown takes the waiter out (it is still registered).
+        Err(Error::Closed) => return,
         Err(error) => {
             tracing::warn!(%error, lock = lock.name(), %owner, "leaving the fair queue failed; the waiter stays queued until its deadline")
         }
     }
+    lock.engine().queue_exits.unregister(*id);
 }

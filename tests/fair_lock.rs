@@ -945,7 +945,7 @@ async fn a_queued_waiter_ends_during_a_write_pause_and_leaves_the_queue_after_it
     .await;
 }
 
-// A hold longer than the waiters' wait (fair_wait_timeout).
+// A hold longer than the waiters' wait (fair_wait_timeout), and shutdown.
 
 /// Clients with a 1 s watchdog and a 2 s fair wait: holds of a few seconds outlast the wait.
 async fn short_wait_client(server: &RedisServer) -> redisson_lock::LockClient {
@@ -1094,4 +1094,89 @@ async fn a_waiter_that_stops_asking_is_dropped_at_its_deadline_during_a_long_hol
     }
     assert_eq!(*order.lock().unwrap(), [1, 2]);
     assert_no_queue(&server, name);
+}
+
+/// `shutdown()` takes the client's waiters out of every queue before it returns, so the
+/// lock is not blocked for their deadlines (3 × 5 min by default).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn shutdown_takes_its_waiters_out_of_the_queue() {
+    let server = RedisServer::start();
+    let holder_client = client(&server).await;
+    let waiters_client = client(&server).await;
+    let name = "shutdown-queue";
+    let held = holder_client
+        .fair_lock(name)
+        .lock(&holder_client.new_owner())
+        .await
+        .unwrap();
+    let lock = waiters_client.fair_lock(name);
+    let mut waiters = Vec::new();
+    for i in 0..3 {
+        waiters.push(tokio::spawn(lock.lock(&waiters_client.new_owner())));
+        queue_reaches(&server, name, i + 1).await;
+    }
+
+    waiters_client.shutdown().await;
+    assert_eq!(queued(&server, name), Vec::<String>::new());
+    assert_eq!(
+        server.command(&["ZRANGE", &timeouts_key(name), "0", "-1"]),
+        ""
+    );
+    for waiter in waiters {
+        let outcome = within(Duration::from_secs(5), "waiter", waiter)
+            .await
+            .unwrap();
+        assert!(matches!(outcome, Err(Error::Closed)), "{outcome:?}");
+    }
+
+    held.unlock().await.unwrap();
+    let fresh = holder_client.new_owner();
+    let guard = holder_client
+        .fair_lock(name)
+        .try_lock(&fresh)
+        .await
+        .unwrap()
+        .expect("nobody is queued any more");
+    guard.unlock().await.unwrap();
+    assert_no_queue(&server, name);
+}
+
+/// Shutdown while waiters are still joining (some attempts on the wire, some about to be
+/// sent): no queue entry is left behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn shutdown_while_waiters_join_leaves_no_queue_entry() {
+    let server = RedisServer::start();
+    let holder_client = client(&server).await;
+    let name = "shutdown-joining";
+    let held = holder_client
+        .fair_lock(name)
+        .lock(&holder_client.new_owner())
+        .await
+        .unwrap();
+    for round in 0..5 {
+        let waiters_client = client(&server).await;
+        let lock = waiters_client.fair_lock(name);
+        let waiters: Vec<_> = (0..20)
+            .map(|_| tokio::spawn(lock.lock(&waiters_client.new_owner())))
+            .collect();
+        queue_reaches_at_least(&server, name, 1).await;
+        waiters_client.shutdown().await;
+        assert_eq!(queued(&server, name), Vec::<String>::new(), "round {round}");
+        assert_eq!(timeouts_len(&server, name), 0, "round {round}");
+        for waiter in waiters {
+            let outcome = within(Duration::from_secs(5), "waiter", waiter)
+                .await
+                .unwrap();
+            assert!(matches!(outcome, Err(Error::Closed)), "{outcome:?}");
+        }
+    }
+    held.unlock().await.unwrap();
+    assert_no_queue(&server, name);
+}
+
+async fn queue_reaches_at_least(server: &RedisServer, name: &str, len: usize) {
+    eventually(Duration::from_secs(5), &format!("queue of {len}+"), || {
+        queued(server, name).len() >= len
+    })
+    .await;
 }
