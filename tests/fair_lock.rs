@@ -1027,6 +1027,72 @@ async fn live_waiters_keep_their_places_through_a_hold_longer_than_their_wait() 
     assert_no_queue(&server, name);
 }
 
+/// The same when the hold that outlasts the wait is a waiter's own: the next waiter becomes
+/// first in line without being woken when the one before it takes the lock, and must look
+/// again before its deadline (which the one before it no longer moves) passes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_next_waiters_keep_their_places_while_the_one_before_them_holds_the_lock_long() {
+    let server = RedisServer::start();
+    let holder_client = short_wait_client(&server).await;
+    let clients = [
+        short_wait_client(&server).await,
+        short_wait_client(&server).await,
+    ];
+    let name = "long-handover";
+    let held = holder_client
+        .fair_lock(name)
+        .lock(&holder_client.new_owner())
+        .await
+        .unwrap();
+
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let (held_long, mut held_long_rx) = tokio::sync::oneshot::channel();
+    let mut held_long = Some(held_long);
+    let mut owners = Vec::new();
+    let mut waiters = Vec::new();
+    for i in 1..=4 {
+        let client = &clients[i % 2];
+        let (lock, owner) = (client.fair_lock(name), client.new_owner());
+        let order = order.clone();
+        let acquire = lock.lock(&owner);
+        let held_long = if i == 1 { held_long.take() } else { None };
+        waiters.push(tokio::spawn(async move {
+            let guard = acquire.await.expect("lock()");
+            order.lock().unwrap().push(i);
+            if let Some(held_long) = held_long {
+                // The first waiter's own hold: 5 s, two and a half times the wait.
+                tokio::time::sleep(5 * SECOND).await;
+                held_long.send(()).unwrap();
+            }
+            guard.unlock().await.expect("unlock()");
+        }));
+        joined(&server, name, &owner).await;
+        owners.push(owner.to_string());
+    }
+    held.unlock().await.unwrap();
+    eventually(Duration::from_secs(5), "the first waiter's hold", || {
+        *order.lock().unwrap() == [1]
+    })
+    .await;
+    // Throughout the first waiter's hold, the others stay in the order they joined.
+    while held_long_rx.try_recv().is_err() {
+        assert_eq!(
+            queued(&server, name),
+            owners[1..],
+            "the queue order changed"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    for waiter in waiters {
+        within(Duration::from_secs(10), "waiter", waiter)
+            .await
+            .unwrap();
+    }
+    assert_eq!(*order.lock().unwrap(), [1, 2, 3, 4]);
+    assert_no_queue(&server, name);
+}
+
 /// A waiter that stops asking (its future is leaked mid-wait, as if its process froze: it
 /// never leaves the queue) is still dropped at its deadline while the lock stays held and
 /// the live waiters behind it keep asking; they keep their places and get the lock in order.
