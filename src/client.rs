@@ -331,10 +331,12 @@ impl LockClientBuilder {
     ///
     /// A waiter of this crate that keeps asking keeps its place however long the hold
     /// lasts: each time it looks while first in line (at the latest when the holder's lease
-    /// would end, and at least every half wait), it moves its deadline, and every deadline
-    /// behind it by as much, to the holder's remaining lease plus its wait from now. So
-    /// the wait only has to cover the time a live waiter may go without reaching Redis (an
-    /// outage it rides out, a paused process) and the clock skew between clients.
+    /// would end, and at least every half wait), it pushes its deadline, and every deadline
+    /// behind it by as much, back to the holder's remaining lease plus its wait from now
+    /// (once it has come closer than that by more than a tolerance of a quarter of the
+    /// wait, at most 1 s). So the wait only has to cover the time a live waiter may go
+    /// without reaching Redis (an outage it rides out, a paused process) and the clock skew
+    /// between clients.
     ///
     /// Java waiters never move their deadline: one that is first in line while a hold lasts
     /// longer than its deadline allows is dropped and joins again at the tail, as in
