@@ -20,17 +20,30 @@
 --        > 1; the TTL is never shortened, see lock_acquire.lua). (Java's reply is nil.)
 --        No-wait form: otherwise {0, PTTL of the lock}, and nothing was written.
 --        Timed form: otherwise {0, estimate}: an estimate in ms of the wait ahead, which may
---        be 0 or negative: for an owner already queued, the holder's PTTL (at least 0); for
---        a new waiter, the time until the last waiter's deadline (or the holder's PTTL when
---        nobody waits).
+--        be 0 or negative: for an owner already queued, the holder's PTTL (at least 0; for
+--        an owner behind another waiter, capped as below); for a new waiter, the time until
+--        the last waiter's deadline (or the holder's PTTL when nobody waits).
 -- A new waiter is appended to the list, with the deadline <that estimate> + now + wait.
--- A queued waiter's deadline is never refreshed here.
 --
--- Difference from Java, in the reply only: for an owner already queued behind another
--- waiter, a positive PTTL is capped by the time until that first waiter's deadline. The
--- unlock message goes to the first waiter only; if it is dead, the others must look again
--- when its deadline passes (and the purge drops it), not when the old holder's lease would
--- have ended. The data written is Java's.
+-- Differences from Java, for an owner already queued (Java only replies the PTTL):
+-- * First in line while another owner holds the lock, the owner keeps its deadline at
+--   least <margin> = wait - min(wait / 4, 1000) beyond the holder's PTTL: when it is
+--   closer, every deadline in the zset moves later by the same amount, so that the owner's
+--   becomes now + PTTL + wait and the chain behind it (each deadline = the one before plus
+--   that waiter's wait) keeps its steps. The owner looks again within the PTTL, so a waiter
+--   that keeps asking is never purged, however long the hold lasts; when it takes the
+--   lock, the next waiter's deadline is still at least that waiter's wait less the
+--   tolerance away. A waiter that stops asking keeps the deadline of its last look and
+--   is purged once that has passed while it is first in line, as in Java. The tolerance
+--   (up to 1 s) only spares rewriting the zset for clock and latency jitter.
+-- * Behind another waiter, a positive PTTL is capped by the time until the first waiter's
+--   deadline less this owner's margin: the latest time a first waiter that keeps asking
+--   (with the same wait) looks again, so the owner looks again before it can have become
+--   first in line unwoken. Once that time has passed, the cap is the time until the first
+--   waiter's deadline, when the purge can drop it: the unlock message goes to the first
+--   waiter only, so if it is dead the others must not sleep until the old holder's lease
+--   would have ended.
+-- The data stays in Java's layout: the list, and absolute epoch-ms deadlines.
 local key, queue, deadlines = KEYS[1], KEYS[2], KEYS[3]
 local lease, owner, join, refuse_reentry = valid_ms(ARGV[1]), ARGV[2], ARGV[5] == '1', ARGV[6]
 local wait, now = tonumber(ARGV[3]), tonumber(ARGV[4])
@@ -77,13 +90,29 @@ if not join then
     return {0, redis.call('pttl', key)}
 end
 
-if redis.call('zscore', deadlines, owner) then
+local own_deadline = redis.call('zscore', deadlines, owner)
+if own_deadline then
     local estimate = redis.call('pttl', key)
     local head = redis.call('lindex', queue, 0)
-    if estimate > 0 and head and head ~= owner then
+    local tolerance = math.min(math.floor(wait / 4), 1000)
+    if head == owner and estimate ~= -2 then
+        -- First in line and another owner holds the lock (a free lock was taken above).
+        local shift = now + math.max(estimate, 0) + wait - tonumber(own_deadline)
+        if shift > tolerance then
+            for _, waiter in ipairs(redis.call('zrange', deadlines, 0, -1)) do
+                redis.call('zincrby', deadlines, shift, waiter)
+            end
+        end
+    elseif estimate > 0 and head then
         local head_deadline = redis.call('zscore', deadlines, head)
-        if head_deadline and tonumber(head_deadline) - now < estimate then
-            estimate = tonumber(head_deadline) - now
+        if head_deadline then
+            local until_purge = tonumber(head_deadline) - now
+            local until_look = until_purge - (wait - tolerance)
+            if until_look > 0 then
+                estimate = math.min(estimate, until_look)
+            else
+                estimate = math.min(estimate, until_purge)
+            end
         end
     end
     if estimate < 0 then

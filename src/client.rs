@@ -166,11 +166,27 @@ impl LockClient {
         &self.engine.redis
     }
 
-    /// Stops the watchdog and the pub/sub task and closes the connections this client
-    /// opened. Holds are not released, as in Redisson: they expire within their lease.
-    /// Every guard's `lease_lost()` fires, waiting calls end with [`Error::Closed`], and so
-    /// does every later call. Dropping the last handle (clients, locks and guards all hold
-    /// one) does the same in the background.
+    /// Stops the watchdog and the pub/sub task, takes this client's fair lock waiters out
+    /// of their queues, and closes the connections this client opened.
+    ///
+    /// Holds are not released, as in Redisson: they expire within their lease. Every
+    /// guard's `lease_lost()` fires, waiting calls end with [`Error::Closed`], and so does
+    /// every later call. Fair acquire scripts already sent are answered first; no new one
+    /// is sent. Then every waiter of this client still in a fair queue leaves it, as a
+    /// waiter that gives up does, so the waiters behind move up at once and a free lock is
+    /// not blocked until the deadlines of waiters that are gone (Redisson leaves them
+    /// queued until then). When this returns, none of this client's waiters is in a queue,
+    /// unless Redis could not be reached (such an entry is dropped at its deadline, and a
+    /// warning is logged); while Redis is unreachable, this takes a few command timeouts.
+    ///
+    /// Dropping the last handle (clients, locks and guards all hold one) closes the client
+    /// in the background, but there are no fair waiters left to take out then (each holds
+    /// a handle).
+    ///
+    /// # Cancel safety
+    /// Cancel-safe: once called, the shutdown runs to its end in a task of its own;
+    /// dropping the future only stops waiting for it. Calling it again waits for the
+    /// first call's work.
     pub async fn shutdown(&self) {
         self.engine.shutdown().await;
     }
@@ -301,16 +317,32 @@ impl LockClientBuilder {
         self
     }
 
-    /// How long a fair lock's waiter may go unseen before the others count it as gone:
-    /// Redisson's `fairLockWaitTimeout`. It applies to [`FairLock::lock`]; a
+    /// A fair lock waiter's wait in the queue (Redisson's `fairLockWaitTimeout`): how long
+    /// a waiter that stops asking (its process crashed or froze, or it lost Redis) can hold
+    /// up the queue once it is first in line. It applies to [`FairLock::lock`]; a
     /// [`FairLock::try_lock_for`] uses its own wait instead, as Redisson does.
     ///
-    /// Every waiter's deadline in the queue is the deadline of the one before it plus its
-    /// wait, so a waiter that crashed while queued holds up everyone behind it for up to this
-    /// long; a shorter value bounds that stall. It must exceed the longest time a live waiter
-    /// can go between two attempts (at most the holder's remaining lease, so the watchdog
-    /// timeout or the longest fixed lease in use, plus a Redis outage being ridden out), or
-    /// live waiters lose their place. Give Java clients of the same locks the same value.
+    /// Every waiter has a deadline in the queue: the one of the waiter before it plus its
+    /// own wait (for the first one, the holder's remaining lease plus its wait). A waiter
+    /// that is first in line when its deadline passes is dropped from the queue by the next
+    /// script that looks at it. So a waiter that stopped asking delays the ones behind it by
+    /// about this long at most, counted from when the hold it last saw would have ended, and
+    /// N of them in a row by N times this; a shorter value bounds that stall.
+    ///
+    /// A waiter of this crate that keeps asking keeps its place however long the hold
+    /// lasts: each time it looks while first in line (at the latest when the holder's lease
+    /// would end, and at least every half wait), it pushes its deadline, and every deadline
+    /// behind it by as much, back to the holder's remaining lease plus its wait from now
+    /// (once it has come closer than that by more than a tolerance of a quarter of the
+    /// wait, at most 1 s). So the wait only has to cover the time a live waiter may go
+    /// without reaching Redis (an outage it rides out, a paused process) and the clock skew
+    /// between clients.
+    ///
+    /// Java waiters never move their deadline: one that is first in line while a hold lasts
+    /// longer than its deadline allows is dropped and joins again at the tail, as in
+    /// Redisson (behind a waiter of this crate, its deadline moves with the others'). Give
+    /// Java clients of the same locks the same value, longer than their longest hold if
+    /// their waiters must keep their places.
     pub fn fair_wait_timeout(mut self, wait: Duration) -> Self {
         self.fair_wait_timeout = wait;
         self

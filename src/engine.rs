@@ -4,6 +4,7 @@
 //! Topology (single server, sentinel, cluster), pub/sub flavour and slot grouping are
 //! decided here and in `pubsub`/`watchdog`; lock kinds only ask for them.
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -15,11 +16,13 @@ use fred::error::Error as RedisError;
 use fred::interfaces::{ClientLike, LuaInterface};
 use fred::types::config::Options;
 use fred::types::{ClusterHash, CustomCommand, Value};
-use tokio::sync::watch;
+use parking_lot::Mutex;
+use tokio::sync::{watch, OwnedRwLockReadGuard, RwLock};
 use uuid::Uuid;
 
 use crate::error::{is_noscript, is_wrong_type, Error, Result};
 use crate::latches::Latches;
+use crate::lock::Call;
 use crate::pubsub::{Flavour, PubSub};
 use crate::script::Script;
 use crate::watchdog::Watchdog;
@@ -111,8 +114,55 @@ pub(crate) struct Engine {
     next_owner: AtomicU64,
     closed: AtomicBool,
     shutdown: watch::Sender<bool>,
+    /// Turns true when [`shutdown`](Engine::shutdown) has finished.
+    shut_down: watch::Sender<bool>,
+    /// Read by every fair acquire script from before it is sent until its reply; written
+    /// by shutdown, which so waits for those on the wire and refuses later ones.
+    fair_attempts: Arc<RwLock<()>>,
+    /// This client's fair waiters that may be in a queue.
+    pub(crate) queue_exits: QueueExits,
     /// Clients this crate built, and so quits on shutdown.
     owns_redis: bool,
+}
+
+/// This client's fair waiters that may be in a queue, each with the script that takes it
+/// out (`fair_acquire_failed.lua`): shutdown runs them all before it closes the connection.
+/// A waiter is registered before its first acquire script and unregistered when it got
+/// the lock or has left the queue.
+#[derive(Default)]
+pub(crate) struct QueueExits {
+    next_id: AtomicU64,
+    registry: Mutex<Registry>,
+}
+
+#[derive(Default)]
+struct Registry {
+    waiters: HashMap<u64, Call>,
+    /// Shutdown took the waiters: from then on nobody can join a queue, and nothing is kept.
+    taken: bool,
+}
+
+impl QueueExits {
+    /// Registers a waiter about to join a queue; `leave` takes it out again.
+    pub(crate) fn register(&self, leave: Call) -> u64 {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let mut registry = self.registry.lock();
+        if !registry.taken {
+            registry.waiters.insert(id, leave);
+        }
+        id
+    }
+
+    /// The waiter got the lock or left the queue.
+    pub(crate) fn unregister(&self, id: u64) {
+        self.registry.lock().waiters.remove(&id);
+    }
+
+    fn take_all(&self) -> Vec<Call> {
+        let mut registry = self.registry.lock();
+        registry.taken = true;
+        registry.waiters.drain().map(|(_, leave)| leave).collect()
+    }
 }
 
 impl Engine {
@@ -146,6 +196,9 @@ impl Engine {
             next_owner: AtomicU64::new(1),
             closed: AtomicBool::new(false),
             shutdown,
+            shut_down: watch::channel(false).0,
+            fair_attempts: Arc::new(RwLock::new(())),
+            queue_exits: QueueExits::default(),
             owns_redis,
         })
     }
@@ -168,6 +221,20 @@ impl Engine {
 
     pub(crate) fn is_closed(&self) -> bool {
         self.closed.load(Ordering::Acquire)
+    }
+
+    /// Leave to send one fair acquire script, to be held until its reply: refused with
+    /// [`Error::Closed`] once shutdown has begun, and shutdown takes the client's waiters out
+    /// of the queues only after every permit given before was dropped. So no acquire script
+    /// can put a waiter back in a queue after shutdown took it out.
+    pub(crate) fn fair_attempt_permit(&self) -> Result<OwnedRwLockReadGuard<()>> {
+        let permit = self
+            .fair_attempts
+            .clone()
+            .try_read_owned()
+            .map_err(|_| Error::Closed)?;
+        self.check_open()?;
+        Ok(permit)
     }
 
     /// The PUBLISH or SPUBLISH command the scripts must use.
@@ -196,13 +263,51 @@ impl Engine {
             .map_err(|e| map_redis_error(e, name))
     }
 
-    pub(crate) async fn shutdown(&self) {
-        if self.closed.swap(true, Ordering::AcqRel) {
-            return;
+    /// Closes the client (see [`LockClient::shutdown`](crate::LockClient::shutdown)) and
+    /// returns when that is done. The work runs in a task of its own, so it finishes even
+    /// if the caller stops waiting; a second call waits for the first one's.
+    pub(crate) async fn shutdown(self: &Arc<Self>) {
+        let mut finished = self.shut_down.subscribe();
+        if !self.closed.swap(true, Ordering::AcqRel) {
+            let engine = self.clone();
+            tokio::spawn(async move {
+                engine.close().await;
+                engine.shut_down.send_replace(true);
+            });
         }
+        // The sender lives as long as `self`.
+        let _ = finished.wait_for(|done| *done).await;
+    }
+
+    async fn close(&self) {
         self.watchdog.close();
         self.shutdown.send_replace(true);
         self.pubsub.wake_all();
+        // Fair acquire scripts on the wire (they could put a waiter in a queue) are
+        // answered before the exits below are sent; later ones are refused. An attempt
+        // whose reply takes longer than its three possible commands (EVALSHA, SCRIPT LOAD,
+        // EVALSHA) is in a future its caller no longer polls; what it sent already ran.
+        let _no_more_attempts = tokio::time::timeout(
+            self.settings.command_timeout * 3 + Duration::from_secs(1),
+            self.fair_attempts.write(),
+        )
+        .await;
+        let mut leaving = tokio::task::JoinSet::new();
+        for Call { script, keys, args } in self.queue_exits.take_all() {
+            leaving.spawn(self.scripts.run(script, keys, args));
+        }
+        while let Some(left) = leaving.join_next().await {
+            match left {
+                Ok(Ok(_)) => {}
+                Ok(Err(error)) => tracing::warn!(
+                    %error,
+                    "taking a fair waiter out of its queue at shutdown failed; it stays queued until its deadline"
+                ),
+                Err(error) => {
+                    tracing::warn!(%error, "a fair waiter's exit at shutdown did not run")
+                }
+            }
+        }
         if self.owns_redis {
             let _ = self.redis.quit().await;
         }

@@ -28,9 +28,14 @@ use crate::LockOwner;
 /// Each waiter has a deadline in the queue: the deadline of the waiter before it plus its
 /// own wait ([`LockClientBuilder::fair_wait_timeout`](crate::LockClientBuilder::fair_wait_timeout)
 /// for [`lock`](FairLock::lock), the given wait for [`try_lock_for`](FairLock::try_lock_for)).
-/// A waiter whose deadline passed while it was first in line is dropped from the queue, so a
-/// waiter whose process died holds up the others for at most that long. A waiter that gives
-/// up (its `try_lock_for` wait ran out, or its future was dropped) leaves the queue at once.
+/// A waiter whose deadline passed while it was first in line counts as gone and is dropped
+/// from the queue, so a waiter whose process died holds up the others for about its wait
+/// at most, counted from when the hold it last saw would have ended. A waiter that keeps asking never loses its place,
+/// however long the hold lasts: whenever it looks while first in line it moves its
+/// deadline (and the ones behind it, by as much) to the holder's remaining lease plus its
+/// wait from now. Java waiters do not (see the builder's `fair_wait_timeout`). A waiter that
+/// gives up (its `try_lock_for` wait ran out, or its future was dropped) leaves the queue at
+/// once.
 ///
 /// Deadlines are compared with each client's wall clock: the clients of one lock need
 /// roughly synchronised clocks, as with Redisson.
@@ -101,7 +106,8 @@ impl FairLock {
     /// when the key, the queue or the deadline set holds another type,
     /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) for an empty name or a bad
     /// lease, [`Error::Closed`](crate::Error::Closed) after shutdown. A waiter that fails
-    /// leaves the queue in the background.
+    /// leaves the queue in the background (at shutdown, before
+    /// [`shutdown`](crate::LockClient::shutdown) returns).
     pub fn lock(
         &self,
         owner: &LockOwner,
@@ -233,19 +239,28 @@ pub(crate) fn epoch_millis() -> i64 {
 /// keeps the order, since the first waiter is woken by its own message anyway.
 const PACE: (u64, u64) = (4, 64);
 
-/// Turns a fair waiter's "no time to wait" replies into a doubling, bounded pause.
+/// Shapes a fair waiter's replies into its sleeps between attempts: a busy reply without a
+/// positive wait becomes a doubling, bounded pause, and no sleep is longer than half the
+/// waiter's wait in the queue. Looking again within half its wait keeps a waiter's place:
+/// its deadline is refreshed whenever it looks while first in line (see
+/// `lua/fair_acquire.lua`), and a waiter that becomes first in line without being woken
+/// (the one before it took the lock) still looks again well before its deadline, whatever
+/// the reply said (a holder's lease can be longer than the wait).
 pub(crate) struct Pace {
     next_ms: AtomicU64,
+    longest: Duration,
 }
 
 impl Pace {
-    pub(crate) fn new() -> Pace {
+    /// `wait_ms`: the waiter's wait in the queue (the script's ARGV[3]).
+    pub(crate) fn new(wait_ms: i64) -> Pace {
         Pace {
             next_ms: AtomicU64::new(PACE.0),
+            longest: Duration::from_millis((wait_ms / 2).max(1) as u64),
         }
     }
 
-    /// Runs one attempt; a busy reply without a positive wait becomes the next pause.
+    /// Runs one attempt; a busy reply becomes the next sleep.
     pub(crate) async fn paced<T>(
         &self,
         attempt: impl Future<Output = Result<Attempt<T>>>,
@@ -253,14 +268,16 @@ impl Pace {
         Ok(match attempt.await? {
             Attempt::Busy { ttl: Some(ttl) } if !ttl.is_zero() => {
                 self.next_ms.store(PACE.0, Ordering::Relaxed);
-                Attempt::Busy { ttl: Some(ttl) }
+                Attempt::Busy {
+                    ttl: Some(ttl.min(self.longest)),
+                }
             }
             Attempt::Busy { .. } => {
                 let pause = self.next_ms.load(Ordering::Relaxed);
                 self.next_ms
                     .store((pause * 2).min(PACE.1), Ordering::Relaxed);
                 Attempt::Busy {
-                    ttl: Some(Duration::from_millis(pause)),
+                    ttl: Some(Duration::from_millis(pause).min(self.longest)),
                 }
             }
             acquired => acquired,
@@ -271,6 +288,8 @@ impl Pace {
 /// Takes a queued waiter out of the queue unless disarmed: when the wait ran out
 /// ([`leave`](QueueExit::leave)) and when the waiting future is dropped or fails (in the
 /// background), so that the waiters behind it move up at once instead of at its deadline.
+/// While armed, the waiter is registered with the client, whose shutdown takes it out of
+/// the queue (it can no longer leave on its own then).
 ///
 /// An acquire script still on the wire when the future is dropped is sent before the
 /// leave script on the same connection, so it runs first; if it took the lock, it already
@@ -278,27 +297,45 @@ impl Pace {
 ///
 /// [`InFlight`]: crate::acquire::InFlight
 pub(crate) struct QueueExit {
-    armed: Option<(Lock, LockOwner)>,
+    armed: Option<Armed>,
+}
+
+struct Armed {
+    lock: Lock,
+    owner: LockOwner,
     wait_ms: i64,
+    /// Its registration with the client (see `Engine::queue_exits`).
+    id: u64,
 }
 
 impl QueueExit {
+    /// Arms the exit of `owner`, which is about to join `lock`'s queue with wait `wait_ms`.
     pub(crate) fn arm(lock: Lock, owner: LockOwner, wait_ms: i64) -> QueueExit {
+        let id = lock
+            .engine()
+            .queue_exits
+            .register(lock.leave_call(&owner, wait_ms));
         QueueExit {
-            armed: Some((lock, owner)),
-            wait_ms,
+            armed: Some(Armed {
+                lock,
+                owner,
+                wait_ms,
+                id,
+            }),
         }
     }
 
     /// The waiter got the lock, which took it out of the queue.
     pub(crate) fn disarm(mut self) {
-        self.armed = None;
+        if let Some(armed) = self.armed.take() {
+            armed.lock.engine().queue_exits.unregister(armed.id);
+        }
     }
 
     /// Leaves the queue now. Should the caller drop this future, the drop still leaves.
     pub(crate) async fn leave(mut self) {
-        if let Some((lock, owner)) = &self.armed {
-            leave(lock, owner, self.wait_ms).await;
+        if let Some(armed) = &self.armed {
+            leave(armed).await;
         }
         self.armed = None;
     }
@@ -306,27 +343,33 @@ impl QueueExit {
 
 impl Drop for QueueExit {
     fn drop(&mut self) {
-        let Some((lock, owner)) = self.armed.take() else {
+        let Some(armed) = self.armed.take() else {
             return;
         };
-        let wait_ms = self.wait_ms;
         match tokio::runtime::Handle::try_current() {
-            Ok(runtime) => drop(runtime.spawn(async move { leave(&lock, &owner, wait_ms).await })),
+            Ok(runtime) => drop(runtime.spawn(async move { leave(&armed).await })),
             Err(_) => tracing::warn!(
-                lock = lock.name(),
-                "fair waiter dropped outside a Tokio runtime; it stays queued until its deadline"
+                lock = armed.lock.name(),
+                "fair waiter dropped outside a Tokio runtime; it stays queued until its deadline or the client's shutdown"
             ),
         }
     }
 }
 
-async fn leave(lock: &Lock, owner: &LockOwner, wait_ms: i64) {
-    match lock.leave_queue(owner, wait_ms).await {
+async fn leave(armed: &Armed) {
+    let Armed {
+        lock,
+        owner,
+        wait_ms,
+        id,
+    } = armed;
+    match lock.leave_queue(owner, *wait_ms).await {
         Ok(()) => {}
-        // Shutting down: like Redisson's, the waiter stays queued until its deadline.
-        Err(Error::Closed) => {}
+        // Shutting down: the shutdown takes the waiter out (it is still registered).
+        Err(Error::Closed) => return,
         Err(error) => {
             tracing::warn!(%error, lock = lock.name(), %owner, "leaving the fair queue failed; the waiter stays queued until its deadline")
         }
     }
+    lock.engine().queue_exits.unregister(*id);
 }

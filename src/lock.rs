@@ -89,9 +89,9 @@ const UPGRADE_REFUSED: i64 = -3;
 
 /// One script call, ready to send.
 pub(crate) struct Call {
-    script: &'static Script,
-    keys: Vec<Value>,
-    args: Vec<Value>,
+    pub(crate) script: &'static Script,
+    pub(crate) keys: Vec<Value>,
+    pub(crate) args: Vec<Value>,
 }
 
 /// How long an acquisition may wait.
@@ -421,8 +421,9 @@ impl Lock {
             Kind::Fair => {
                 // Queued from the first attempt on: whatever ends the wait without the lock
                 // (deadline, error, drop) takes the waiter out of the queue at once.
-                let exit = QueueExit::arm(self.clone(), owner.clone(), self.fair_wait_ms(wait));
-                let pace = &Pace::new();
+                let wait_ms = self.fair_wait_ms(wait);
+                let exit = QueueExit::arm(self.clone(), owner.clone(), wait_ms);
+                let pace = &Pace::new(wait_ms);
                 let attempt = move || pace.paced(attempt());
                 match acquire::acquire(&self.engine, wake, deadline, attempt).await {
                     Ok(Some(guard)) => {
@@ -449,6 +450,9 @@ impl Lock {
         wait: Wait,
     ) -> impl Future<Output = Result<Attempt<LockGuard>>> + Send + 'static {
         let sent_at = Instant::now();
+        // A fair acquire script may put the owner in a queue: none is sent once shutdown has
+        // begun, and shutdown waits for those on the wire (see `Engine::fair_attempt_permit`).
+        let permit = (self.kind == Kind::Fair).then(|| self.engine.fair_attempt_permit());
         let Call { script, keys, args } = self.acquire_call(owner, lease_ms, wait);
         let call = self.engine.scripts.run(script, keys, args);
         let raw = self.keys.raw.clone();
@@ -458,6 +462,7 @@ impl Lock {
             .then(|| (self.name.clone(), owner.clone()));
         let in_flight = InFlight::new(
             Box::pin(async move {
+                let _permit = permit.transpose()?;
                 let reply = call.await.map_err(|e| match &refusal {
                     Some((name, owner)) if e.details().contains(NON_REENTRANT_REACQUIRE) => {
                         Error::WouldDeadlock(
@@ -599,24 +604,36 @@ impl Lock {
     /// move up by its wait `wait_ms`, and the next one is told if it is now first in line
     /// and the lock is free.
     pub(crate) async fn leave_queue(&self, owner: &LockOwner, wait_ms: i64) -> Result<()> {
-        debug_assert_eq!(self.kind, Kind::Fair);
-        let queue = self.keys.fair_queue();
-        let keys = vec![
-            key(&queue),
-            key(&self.keys.fair_timeouts()),
-            key(&self.keys.raw),
-            key(&self.keys.channel),
-        ];
-        let args = vec![
-            Value::from(&**owner.field()),
-            Value::from(wait_ms),
-            Value::from(UNLOCK_MESSAGE),
-            Value::from(self.engine.publish_command()),
-        ];
+        let Call { script, keys, args } = self.leave_call(owner, wait_ms);
         self.engine
-            .run(&FAIR_ACQUIRE_FAILED, &queue, keys, args)
+            .run(script, &self.keys.fair_queue(), keys, args)
             .await
             .map(drop)
+    }
+
+    /// The script of [`leave_queue`](Lock::leave_queue).
+    pub(crate) fn leave_call(&self, owner: &LockOwner, wait_ms: i64) -> Call {
+        debug_assert_eq!(self.kind, Kind::Fair);
+        Call {
+            script: &FAIR_ACQUIRE_FAILED,
+            keys: vec![
+                key(&self.keys.fair_queue()),
+                key(&self.keys.fair_timeouts()),
+                key(&self.keys.raw),
+                key(&self.keys.channel),
+            ],
+            args: vec![
+                Value::from(&**owner.field()),
+                Value::from(wait_ms),
+                Value::from(UNLOCK_MESSAGE),
+                Value::from(self.engine.publish_command()),
+            ],
+        }
+    }
+
+    /// The engine of this handle's client.
+    pub(crate) fn engine(&self) -> &Engine {
+        &self.engine
     }
 
     /// The release script of this kind; `latch` names the request's unlock latch.

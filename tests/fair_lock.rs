@@ -944,3 +944,305 @@ async fn a_queued_waiter_ends_during_a_write_pause_and_leaves_the_queue_after_it
     )
     .await;
 }
+
+// A hold longer than the waiters' wait (fair_wait_timeout), and shutdown.
+
+/// Clients with a 1 s watchdog and a 2 s fair wait: holds of a few seconds outlast the wait.
+async fn short_wait_client(server: &RedisServer) -> redisson_lock::LockClient {
+    client_with(server, |b| {
+        b.watchdog_timeout(SECOND)
+            .fair_wait_timeout(Duration::from_secs(2))
+    })
+    .await
+}
+
+/// Spawns `owner`'s `lock()` that records `index` in `order` once it holds the lock, then
+/// releases it.
+fn spawn_recording(
+    lock: &redisson_lock::FairLock,
+    owner: &LockOwner,
+    index: usize,
+    order: &Arc<Mutex<Vec<usize>>>,
+) -> tokio::task::JoinHandle<()> {
+    let acquire = lock.lock(owner);
+    let order = order.clone();
+    tokio::spawn(async move {
+        let guard = acquire.await.expect("lock()");
+        order.lock().unwrap().push(index);
+        guard.unlock().await.expect("unlock()");
+    })
+}
+
+async fn joined(server: &RedisServer, name: &str, owner: &LockOwner) {
+    eventually(Duration::from_secs(5), &format!("{owner} queued"), || {
+        queued(server, name).contains(&owner.to_string())
+    })
+    .await;
+}
+
+/// Waiters that keep asking keep their places however long the hold lasts: with a 2 s wait,
+/// waiters that join 1 s apart behind a 6 s hold get the lock in the order they joined
+/// (before, each one's deadline passed while it was first in line, it was dropped and
+/// joined again at the tail: the queue rotated and the lock went to 3, 1, 2).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn live_waiters_keep_their_places_through_a_hold_longer_than_their_wait() {
+    let server = RedisServer::start();
+    let holder_client = short_wait_client(&server).await;
+    let clients = [
+        short_wait_client(&server).await,
+        short_wait_client(&server).await,
+    ];
+    let name = "outlasting-hold";
+    let start = tokio::time::Instant::now();
+    let held = holder_client
+        .fair_lock(name)
+        .lock(&holder_client.new_owner())
+        .await
+        .unwrap();
+
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let mut owners = Vec::new();
+    let mut waiters = Vec::new();
+    for i in 1..=3 {
+        // The scenario's timing: one waiter a second.
+        tokio::time::sleep_until(start + i as u32 * SECOND).await;
+        let client = &clients[i % 2];
+        let (lock, owner) = (client.fair_lock(name), client.new_owner());
+        waiters.push(spawn_recording(&lock, &owner, i, &order));
+        joined(&server, name, &owner).await;
+        owners.push(owner.to_string());
+    }
+
+    // The hold itself: 6 s, three times the wait.
+    tokio::time::sleep_until(start + 6 * SECOND).await;
+    assert!(holder_client.fair_lock(name).is_locked().await.unwrap());
+    assert_eq!(queued(&server, name), owners, "the queue order changed");
+    held.unlock().await.unwrap();
+    for waiter in waiters {
+        within(Duration::from_secs(10), "waiter", waiter)
+            .await
+            .unwrap();
+    }
+    assert_eq!(*order.lock().unwrap(), [1, 2, 3]);
+    assert_no_queue(&server, name);
+}
+
+/// The same when the hold that outlasts the wait is a waiter's own: the next waiter becomes
+/// first in line without being woken when the one before it takes the lock, and must look
+/// again before its deadline (which the one before it no longer moves) passes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_next_waiters_keep_their_places_while_the_one_before_them_holds_the_lock_long() {
+    let server = RedisServer::start();
+    let holder_client = short_wait_client(&server).await;
+    let clients = [
+        short_wait_client(&server).await,
+        short_wait_client(&server).await,
+    ];
+    let name = "long-handover";
+    let held = holder_client
+        .fair_lock(name)
+        .lock(&holder_client.new_owner())
+        .await
+        .unwrap();
+
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let (held_long, mut held_long_rx) = tokio::sync::oneshot::channel();
+    let mut held_long = Some(held_long);
+    let mut owners = Vec::new();
+    let mut waiters = Vec::new();
+    for i in 1..=4 {
+        let client = &clients[i % 2];
+        let (lock, owner) = (client.fair_lock(name), client.new_owner());
+        let order = order.clone();
+        let acquire = lock.lock(&owner);
+        let held_long = if i == 1 { held_long.take() } else { None };
+        waiters.push(tokio::spawn(async move {
+            let guard = acquire.await.expect("lock()");
+            order.lock().unwrap().push(i);
+            if let Some(held_long) = held_long {
+                // The first waiter's own hold: 5 s, two and a half times the wait.
+                tokio::time::sleep(5 * SECOND).await;
+                held_long.send(()).unwrap();
+            }
+            guard.unlock().await.expect("unlock()");
+        }));
+        joined(&server, name, &owner).await;
+        owners.push(owner.to_string());
+    }
+    held.unlock().await.unwrap();
+    eventually(Duration::from_secs(5), "the first waiter's hold", || {
+        *order.lock().unwrap() == [1]
+    })
+    .await;
+    // Throughout the first waiter's hold, the others stay in the order they joined.
+    while held_long_rx.try_recv().is_err() {
+        assert_eq!(
+            queued(&server, name),
+            owners[1..],
+            "the queue order changed"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    for waiter in waiters {
+        within(Duration::from_secs(10), "waiter", waiter)
+            .await
+            .unwrap();
+    }
+    assert_eq!(*order.lock().unwrap(), [1, 2, 3, 4]);
+    assert_no_queue(&server, name);
+}
+
+/// A waiter that stops asking (its future is leaked mid-wait, as if its process froze: it
+/// never leaves the queue) is still dropped at its deadline while the lock stays held and
+/// the live waiters behind it keep asking; they keep their places and get the lock in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_waiter_that_stops_asking_is_dropped_at_its_deadline_during_a_long_hold() {
+    let server = RedisServer::start();
+    let holder_client = short_wait_client(&server).await;
+    let c = short_wait_client(&server).await;
+    let name = "stops-asking";
+    let lock = c.fair_lock(name);
+    let held = holder_client
+        .fair_lock(name)
+        .lock(&holder_client.new_owner())
+        .await
+        .unwrap();
+
+    // Polled until it is queued, then never again, and never dropped.
+    let dead = c.new_owner();
+    let mut dead_wait = Box::pin(lock.lock(&dead));
+    tokio::select! {
+        _ = &mut dead_wait => panic!("the lock is held"),
+        _ = joined(&server, name, &dead) => {}
+    }
+    std::mem::forget(dead_wait);
+    // Anything the leaked future sent on this client's connection has run after this.
+    let _: Value = c.redis().ping(None).await.unwrap();
+    let dead_deadline = deadline_of(&server, name, &dead);
+
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let (first, second) = (c.new_owner(), c.new_owner());
+    let first_task = spawn_recording(&lock, &first, 1, &order);
+    joined(&server, name, &first).await;
+    let second_task = spawn_recording(&lock, &second, 2, &order);
+    joined(&server, name, &second).await;
+    let first_deadline = deadline_of(&server, name, &first);
+    assert_eq!(first_deadline, dead_deadline + 2_000);
+
+    eventually(
+        Duration::from_secs(6),
+        "the waiter that stopped asking being dropped",
+        || queued(&server, name) == [first.to_string(), second.to_string()],
+    )
+    .await;
+    let dropped_at = now_ms();
+    assert!(
+        dropped_at >= dead_deadline,
+        "dropped {} ms before its deadline",
+        dead_deadline - dropped_at
+    );
+    assert_eq!(deadline(&server, name, &dead.to_string()), None);
+    assert!(lock.is_locked().await.unwrap());
+
+    // The hold goes on past the first live waiter's deadline as it was when it joined.
+    let past = first_deadline + 1_500 - now_ms();
+    tokio::time::sleep(Duration::from_millis(past.max(0) as u64)).await;
+    assert_eq!(
+        queued(&server, name),
+        [first.to_string(), second.to_string()]
+    );
+    held.unlock().await.unwrap();
+    for task in [first_task, second_task] {
+        within(Duration::from_secs(5), "live waiter", task)
+            .await
+            .unwrap();
+    }
+    assert_eq!(*order.lock().unwrap(), [1, 2]);
+    assert_no_queue(&server, name);
+}
+
+/// `shutdown()` takes the client's waiters out of every queue before it returns, so the
+/// lock is not blocked for their deadlines (3 × 5 min by default).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn shutdown_takes_its_waiters_out_of_the_queue() {
+    let server = RedisServer::start();
+    let holder_client = client(&server).await;
+    let waiters_client = client(&server).await;
+    let name = "shutdown-queue";
+    let held = holder_client
+        .fair_lock(name)
+        .lock(&holder_client.new_owner())
+        .await
+        .unwrap();
+    let lock = waiters_client.fair_lock(name);
+    let mut waiters = Vec::new();
+    for i in 0..3 {
+        waiters.push(tokio::spawn(lock.lock(&waiters_client.new_owner())));
+        queue_reaches(&server, name, i + 1).await;
+    }
+
+    waiters_client.shutdown().await;
+    assert_eq!(queued(&server, name), Vec::<String>::new());
+    assert_eq!(
+        server.command(&["ZRANGE", &timeouts_key(name), "0", "-1"]),
+        ""
+    );
+    for waiter in waiters {
+        let outcome = within(Duration::from_secs(5), "waiter", waiter)
+            .await
+            .unwrap();
+        assert!(matches!(outcome, Err(Error::Closed)), "{outcome:?}");
+    }
+
+    held.unlock().await.unwrap();
+    let fresh = holder_client.new_owner();
+    let guard = holder_client
+        .fair_lock(name)
+        .try_lock(&fresh)
+        .await
+        .unwrap()
+        .expect("nobody is queued any more");
+    guard.unlock().await.unwrap();
+    assert_no_queue(&server, name);
+}
+
+/// Shutdown while waiters are still joining (some attempts on the wire, some about to be
+/// sent): no queue entry is left behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn shutdown_while_waiters_join_leaves_no_queue_entry() {
+    let server = RedisServer::start();
+    let holder_client = client(&server).await;
+    let name = "shutdown-joining";
+    let held = holder_client
+        .fair_lock(name)
+        .lock(&holder_client.new_owner())
+        .await
+        .unwrap();
+    for round in 0..5 {
+        let waiters_client = client(&server).await;
+        let lock = waiters_client.fair_lock(name);
+        let waiters: Vec<_> = (0..20)
+            .map(|_| tokio::spawn(lock.lock(&waiters_client.new_owner())))
+            .collect();
+        queue_reaches_at_least(&server, name, 1).await;
+        waiters_client.shutdown().await;
+        assert_eq!(queued(&server, name), Vec::<String>::new(), "round {round}");
+        assert_eq!(timeouts_len(&server, name), 0, "round {round}");
+        for waiter in waiters {
+            let outcome = within(Duration::from_secs(5), "waiter", waiter)
+                .await
+                .unwrap();
+            assert!(matches!(outcome, Err(Error::Closed)), "{outcome:?}");
+        }
+    }
+    held.unlock().await.unwrap();
+    assert_no_queue(&server, name);
+}
+
+async fn queue_reaches_at_least(server: &RedisServer, name: &str, len: usize) {
+    eventually(Duration::from_secs(5), &format!("queue of {len}+"), || {
+        queued(server, name).len() >= len
+    })
+    .await;
+}
