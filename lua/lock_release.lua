@@ -6,7 +6,7 @@
 -- ARGV[1]  unlock message, always "0"
 -- ARGV[2]  lease in ms that a partial release resets the TTL to
 -- ARGV[3]  owner field <client uuid>:<owner id>
--- ARGV[4]  publish command, PUBLISH or SPUBLISH
+-- ARGV[4]  publish command, PUBLISH or SPUBLISH; empty to publish nothing (spin lock, §8.1)
 -- ARGV[5]  latch TTL in ms
 --
 -- Reply: nil when the owner holds nothing (no latch is written);
@@ -30,6 +30,8 @@ if redis.call('hincrby', key, owner, -1) > 0 then
     return 0
 end
 redis.call('del', key)
-redis.call(publish, channel, message)
+if publish ~= '' then
+    redis.call(publish, channel, message)
+end
 redis.call('set', latch, 1, 'px', latch_ttl)
 return 1

@@ -12,11 +12,16 @@ use uuid::Uuid;
 
 use crate::engine::{Engine, Settings};
 use crate::error::{Error, Result};
-use crate::lock::Kind;
+use crate::fair_lock::FairLock;
+use crate::fenced_lock::FencedLock;
+use crate::guard::Lease;
+use crate::lock::Lock;
+use crate::multi_lock::{MultiLock, MultiMember, RedLock};
+use crate::non_reentrant::{NonReentrantFairLock, NonReentrantLock};
+use crate::owner::LockOwner;
 use crate::pubsub::Flavour;
-use crate::{FairLock, Lease, Lock, LockOwner, ReadWriteLock};
-use crate::{FencedLock, NonReentrantFairLock, NonReentrantLock, SpinLock};
-use crate::{MultiLock, MultiMember, RedLock};
+use crate::rw_lock::ReadWriteLock;
+use crate::spin_lock::SpinLock;
 
 /// A connection to Redis for locks: one command connection, one subscriber connection, one
 /// watchdog task and one pub/sub task, shared by every lock and guard made from it.
@@ -77,7 +82,7 @@ impl LockClient {
     /// The client's name prefix is put in front of `name` to form the Redis key. An empty
     /// name is refused by the handle's methods with [`Error::InvalidArgument`].
     pub fn lock(&self, name: &str) -> Lock {
-        Lock::new(self.engine.clone(), name, Kind::Reentrant)
+        Lock::new(self.engine.clone(), name)
     }
 
     /// A handle on the fair lock `name` (Redisson's `getFairLock(name)`). No I/O.
@@ -87,7 +92,7 @@ impl LockClient {
     /// reentrant lock of the same name share the same hold: do not mix the two kinds on one
     /// name, as the reentrant one ignores the queue.
     pub fn fair_lock(&self, name: &str) -> FairLock {
-        FairLock::new(Lock::new(self.engine.clone(), name, Kind::Fair))
+        FairLock::new(self.engine.clone(), name)
     }
 
     /// A handle on the read-write lock `name` (Redisson's `getReadWriteLock(name)`). No I/O.
@@ -96,10 +101,7 @@ impl LockClient {
     /// policy. Names are formed as for [`lock`](LockClient::lock). Do not use the name for
     /// another kind of lock: the read-write lock keeps a `mode` field in the same hash.
     pub fn read_write_lock(&self, name: &str) -> ReadWriteLock {
-        ReadWriteLock::new(
-            Lock::new(self.engine.clone(), name, Kind::Read),
-            Lock::new(self.engine.clone(), name, Kind::Write),
-        )
+        ReadWriteLock::new(self.engine.clone(), name)
     }
 
     /// A handle on the fenced lock `name` (Redisson's `getFencedLock(name)`). No I/O.
@@ -109,7 +111,7 @@ impl LockClient {
     /// as for [`lock`](LockClient::lock); it shares its hold with a [`Lock`] of the same
     /// name.
     pub fn fenced_lock(&self, name: &str) -> FencedLock {
-        FencedLock::new(Lock::new(self.engine.clone(), name, Kind::Fenced))
+        FencedLock::new(self.engine.clone(), name)
     }
 
     /// A handle on the spin lock `name` (Redisson's `getSpinLock(name)`). No I/O.
@@ -118,7 +120,7 @@ impl LockClient {
     /// nothing; see [`SpinLock`]. Names are formed as for [`lock`](LockClient::lock); it
     /// shares its hold with a [`Lock`] of the same name.
     pub fn spin_lock(&self, name: &str) -> SpinLock {
-        SpinLock::new(Lock::new(self.engine.clone(), name, Kind::Spin))
+        SpinLock::new(self.engine.clone(), name)
     }
 
     /// A handle on the non-reentrant lock `name` (Redisson's `getNonReentrantLock(name)`).
@@ -128,9 +130,7 @@ impl LockClient {
     /// [`NonReentrantLock`]. Names are formed as for [`lock`](LockClient::lock); it shares
     /// its hold with a [`Lock`] of the same name.
     pub fn non_reentrant_lock(&self, name: &str) -> NonReentrantLock {
-        NonReentrantLock::new(
-            Lock::new(self.engine.clone(), name, Kind::Reentrant).refusing_reentry(),
-        )
+        NonReentrantLock::new(self.engine.clone(), name)
     }
 
     /// A handle on the non-reentrant fair lock `name` (Redisson's
@@ -139,9 +139,7 @@ impl LockClient {
     /// A [`FairLock`] whose holder gets [`Error::WouldDeadlock`] when it asks again; see
     /// [`NonReentrantFairLock`]. Names are formed as for [`lock`](LockClient::lock).
     pub fn non_reentrant_fair_lock(&self, name: &str) -> NonReentrantFairLock {
-        NonReentrantFairLock::new(
-            Lock::new(self.engine.clone(), name, Kind::Fair).refusing_reentry(),
-        )
+        NonReentrantFairLock::new(self.engine.clone(), name)
     }
 
     /// Several locks taken as one, all or nothing (Redisson's `getMultiLock`). The members

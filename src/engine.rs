@@ -5,87 +5,22 @@
 //! decided here and in `pubsub`/`watchdog`; lock kinds only ask for them.
 
 use std::collections::HashMap;
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use fred::clients::Client;
-use fred::error::Error as RedisError;
-use fred::interfaces::{ClientLike, LuaInterface};
-use fred::types::config::Options;
-use fred::types::{ClusterHash, CustomCommand, Value};
+use fred::interfaces::ClientLike;
 use parking_lot::Mutex;
 use tokio::sync::{watch, OwnedRwLockReadGuard, RwLock};
 use uuid::Uuid;
 
-use crate::error::{is_noscript, is_wrong_type, Error, Result};
+use crate::error::{map_redis_error, Error, Result};
 use crate::latches::Latches;
-use crate::lock::Call;
+use crate::owner::LockOwner;
 use crate::pubsub::{Flavour, PubSub};
-use crate::script::Script;
+use crate::script::{Call, ScriptRunner};
 use crate::watchdog::Watchdog;
-use crate::LockOwner;
-
-pub(crate) type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
-
-/// How many times a release is sent when the reply is lost (the latch makes resending safe).
-pub(crate) const RELEASE_ATTEMPTS: u32 = 3;
-
-/// Runs scripts by EVALSHA. Cheap to clone; its futures own what they need.
-#[derive(Clone)]
-pub(crate) struct ScriptRunner {
-    redis: Client,
-    timeout: Duration,
-}
-
-impl ScriptRunner {
-    /// Sends `script` once. fred never resends it on its own: a lock script that reached
-    /// the server may have run, and running it twice would take or release a second hold.
-    /// Only NOSCRIPT (which proves the script did not run) leads to a load and one retry.
-    ///
-    /// The future is boxed: fred's command futures are large, and every lock future that
-    /// awaits a script would otherwise carry (and copy) kilobytes of their state.
-    pub(crate) fn run(
-        &self,
-        script: &'static Script,
-        keys: Vec<Value>,
-        args: Vec<Value>,
-    ) -> BoxFuture<Result<Value, RedisError>> {
-        let slot = keys
-            .first()
-            .and_then(|key| key.as_bytes())
-            .map(fred::util::redis_keyslot)
-            .unwrap_or(0);
-        let options = Options {
-            max_attempts: Some(1),
-            timeout: Some(self.timeout),
-            ..Default::default()
-        };
-        let redis = self.redis.clone();
-        Box::pin(async move {
-            let command = || CustomCommand::new_static("EVALSHA", ClusterHash::Custom(slot), false);
-            let mut argv = Vec::with_capacity(2 + keys.len() + args.len());
-            argv.push(Value::from(script.sha()));
-            argv.push(Value::from(keys.len() as i64));
-            argv.extend(keys);
-            argv.extend(args);
-            let client = redis.with_options(&options);
-            match client.custom::<Value, Value>(command(), argv.clone()).await {
-                Err(error) if is_noscript(&error) => {
-                    tracing::debug!(
-                        script = script.name,
-                        "script not cached by Redis; loading it"
-                    );
-                    redis.script_load_cluster::<Value, _>(script.lua).await?;
-                    client.custom::<Value, Value>(command(), argv).await
-                }
-                reply => reply,
-            }
-        })
-    }
-}
 
 /// Settings fixed when the client is built.
 #[derive(Debug, Clone)]
@@ -118,7 +53,7 @@ pub(crate) struct Engine {
     shut_down: watch::Sender<bool>,
     /// Read by every fair acquire script from before it is sent until its reply; written
     /// by shutdown, which so waits for those on the wire and refuses later ones.
-    fair_attempts: Arc<RwLock<()>>,
+    queueing_attempts: Arc<RwLock<()>>,
     /// This client's fair waiters that may be in a queue.
     pub(crate) queue_exits: QueueExits,
     /// Clients this crate built, and so quits on shutdown.
@@ -174,10 +109,7 @@ impl Engine {
         owns_redis: bool,
     ) -> Arc<Engine> {
         let (shutdown, shutdown_rx) = watch::channel(false);
-        let scripts = ScriptRunner {
-            redis: redis.clone(),
-            timeout: settings.command_timeout,
-        };
+        let scripts = ScriptRunner::new(redis.clone(), settings.command_timeout);
         let watchdog = Watchdog::new(settings.watchdog_timeout, settings.renew_by_slot);
         tokio::spawn(watchdog.clone().run(scripts.clone()));
         let latches = Latches::new();
@@ -197,7 +129,7 @@ impl Engine {
             closed: AtomicBool::new(false),
             shutdown,
             shut_down: watch::channel(false).0,
-            fair_attempts: Arc::new(RwLock::new(())),
+            queueing_attempts: Arc::new(RwLock::new(())),
             queue_exits: QueueExits::default(),
             owns_redis,
         })
@@ -227,9 +159,9 @@ impl Engine {
     /// [`Error::Closed`] once shutdown has begun, and shutdown takes the client's waiters out
     /// of the queues only after every permit given before was dropped. So no acquire script
     /// can put a waiter back in a queue after shutdown took it out.
-    pub(crate) fn fair_attempt_permit(&self) -> Result<OwnedRwLockReadGuard<()>> {
+    pub(crate) fn queueing_permit(&self) -> Result<OwnedRwLockReadGuard<()>> {
         let permit = self
-            .fair_attempts
+            .queueing_attempts
             .clone()
             .try_read_owned()
             .map_err(|_| Error::Closed)?;
@@ -242,21 +174,11 @@ impl Engine {
         self.settings.flavour.publish_command()
     }
 
-    /// How long a release's latch is kept: long enough for every resend of the release.
-    pub(crate) fn latch_ttl(&self) -> Duration {
-        (self.settings.command_timeout + Duration::from_millis(500)) * RELEASE_ATTEMPTS
-            + Duration::from_secs(1)
-    }
-
-    /// Runs a script and maps a wrong-type key to [`Error::WrongType`].
-    pub(crate) async fn run(
-        &self,
-        script: &'static Script,
-        name: &str,
-        keys: Vec<Value>,
-        args: Vec<Value>,
-    ) -> Result<Value> {
+    /// Runs a script call for the lock `name`, mapping a wrong-type key to
+    /// [`Error::WrongType`] naming it.
+    pub(crate) async fn run(&self, call: Call, name: &str) -> Result<fred::types::Value> {
         self.check_open()?;
+        let Call { script, keys, args } = call;
         self.scripts
             .run(script, keys, args)
             .await
@@ -289,7 +211,7 @@ impl Engine {
         // EVALSHA) is in a future its caller no longer polls; what it sent already ran.
         let _no_more_attempts = tokio::time::timeout(
             self.settings.command_timeout * 3 + Duration::from_secs(1),
-            self.fair_attempts.write(),
+            self.queueing_attempts.write(),
         )
         .await;
         let mut leaving = tokio::task::JoinSet::new();
@@ -328,28 +250,5 @@ impl Drop for Engine {
                 runtime.spawn(async move { drop(redis.quit().await) });
             }
         }
-    }
-}
-
-/// Turns a fred error into ours, naming the key when it holds the wrong type.
-pub(crate) fn map_redis_error(error: RedisError, key: &str) -> Error {
-    if is_wrong_type(&error) {
-        Error::WrongType {
-            name: key.to_owned(),
-        }
-    } else {
-        Error::Redis(error)
-    }
-}
-
-/// Reads a script's nil-or-integer reply.
-pub(crate) fn nil_or_int(script: &'static Script, reply: Value) -> Result<Option<i64>> {
-    match reply {
-        Value::Null => Ok(None),
-        Value::Integer(n) => Ok(Some(n)),
-        other => Err(Error::UnexpectedReply {
-            script: script.name,
-            detail: format!("{other:?}"),
-        }),
     }
 }

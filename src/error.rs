@@ -4,7 +4,7 @@ use std::borrow::Cow;
 
 use fred::error::{Error as RedisError, ErrorKind};
 
-use crate::LockOwner;
+use crate::owner::LockOwner;
 
 /// Everything that can go wrong in this crate.
 ///
@@ -78,6 +78,24 @@ impl Error {
 
     pub(crate) fn invalid(message: impl Into<Cow<'static, str>>) -> Self {
         Error::InvalidArgument(message.into())
+    }
+
+    pub(crate) fn not_held(name: &str, owner: &LockOwner) -> Self {
+        Error::NotHeld {
+            name: name.to_owned(),
+            owner: owner.clone(),
+        }
+    }
+}
+
+/// Turns a fred error into ours; a key of the wrong type is named by the lock's `name`.
+pub(crate) fn map_redis_error(error: RedisError, name: &str) -> Error {
+    if is_wrong_type(&error) {
+        Error::WrongType {
+            name: name.to_owned(),
+        }
+    } else {
+        Error::Redis(error)
     }
 }
 

@@ -1,17 +1,27 @@
-//! The fenced lock: Redisson's `RFencedLock` (protocol §7).
-//!
-//! [`FencedLock`] is a thin wrapper around a [`Lock`] of kind `Fenced`: the hash, the
-//! channel, the releases, the renewal and the waiting are the reentrant lock's; only the
-//! acquire script differs, taking a token from `redisson_lock_token:{name}` with every hold.
+//! The fenced lock: Redisson's `RFencedLock` (protocol §7): the reentrant lock's hash,
+//! channel, releases, renewal and waiting, with an acquire script that also takes a token
+//! from `redisson_lock_token:{name}` with every hold.
 
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
+use fred::error::Error as RedisError;
+use fred::types::Value;
+
+use crate::attempt::Attempt;
+use crate::attempt::Taken;
+use crate::engine::Engine;
 use crate::error::{Error, Result};
-use crate::handle::delegate_to_lock;
-use crate::lock::{Lock, LockGuard};
-use crate::wait::WaitStrategy;
-use crate::LockOwner;
+use crate::guard::LockGuard;
+use crate::handle::{exclusive_lock, Handle};
+use crate::lock::{release_call, Reentrant};
+use crate::owner::LockOwner;
+#[cfg(doc)]
+use crate::lock::Lock;
+use crate::protocol::{read_taken, Protocol, Target};
+use crate::script::{Call, Script, FENCED_ACQUIRE};
+use crate::wait::Wait;
 
 /// A reentrant distributed lock whose every acquisition comes with a fencing token: a
 /// number larger than the token of any earlier acquisition of the same lock. Shared with
@@ -90,121 +100,69 @@ use crate::LockOwner;
 /// re-enters.
 #[derive(Clone)]
 pub struct FencedLock {
-    inner: Lock,
+    inner: Handle,
 }
 
-delegate_to_lock!(FencedLock);
+exclusive_lock!(FencedLock, FencedGuard, FencedGuard::new);
 
 impl FencedLock {
-    pub(crate) fn new(inner: Lock) -> FencedLock {
-        FencedLock { inner }
-    }
-
-    pub(crate) fn into_lock(self) -> Lock {
-        self.inner
-    }
-
-    /// The same lock with another way of waiting from now on; see [`WaitStrategy`].
-    pub fn with_wait_strategy(self, wait: WaitStrategy) -> FencedLock {
+    pub(crate) fn new(engine: Arc<Engine>, name: &str) -> FencedLock {
         FencedLock {
-            inner: self.inner.with_wait_strategy(wait),
+            inner: Handle::new(engine, name, Fenced),
         }
     }
 
-    /// How this handle waits.
-    pub fn wait_strategy(&self) -> WaitStrategy {
-        self.inner.wait_strategy()
-    }
-
-    /// Takes the lock for `owner` with a new token, waiting as long as it takes.
-    ///
-    /// If `owner` already holds it, this re-enters at once (the hold count grows by one, the
-    /// key lives at least this lease from now, and the new guard has a new, larger token). Waiting works as for
-    /// [`Lock::lock`].
-    ///
-    /// # Cancel safety
-    /// Cancel-safe: dropping the future at any point leaves no hold behind (a hold taken by
-    /// a script already on the wire is released as soon as its reply arrives; its token is
-    /// used up).
-    ///
-    /// # Errors
-    /// As [`Lock::lock`]; [`Error::WrongType`] also when the token key is not an integer
-    /// string.
-    pub fn lock(
-        &self,
-        owner: &LockOwner,
-    ) -> impl Future<Output = Result<FencedGuard>> + Send + 'static {
-        let acquiring = self.inner.lock(owner);
-        async move { FencedGuard::new(acquiring.await?) }
-    }
-
-    /// One attempt: takes (or re-enters) the lock with a new token if it is free for
-    /// `owner`, without waiting. `Ok(None)` when someone else holds it.
-    ///
-    /// # Cancel safety
-    /// As [`lock`](FencedLock::lock): dropping the future leaves no hold behind.
-    ///
-    /// # Errors
-    /// As [`lock`](FencedLock::lock).
-    pub fn try_lock(
-        &self,
-        owner: &LockOwner,
-    ) -> impl Future<Output = Result<Option<FencedGuard>>> + Send + 'static {
-        let acquiring = self.inner.try_lock(owner);
-        async move { acquiring.await?.map(FencedGuard::new).transpose() }
-    }
-
-    /// Takes the lock for `owner` with a new token, waiting at most `wait`. `Ok(None)` when
-    /// the wait ran out. A zero `wait` makes exactly one attempt.
-    ///
-    /// # Cancel safety
-    /// As [`lock`](FencedLock::lock): dropping the future leaves no hold behind.
-    ///
-    /// # Errors
-    /// As [`lock`](FencedLock::lock); also [`Error::InvalidArgument`] when `wait` is too
-    /// long to add to the current time.
-    pub fn try_lock_for(
-        &self,
-        owner: &LockOwner,
-        wait: Duration,
-    ) -> impl Future<Output = Result<Option<FencedGuard>>> + Send + 'static {
-        let acquiring = self.inner.try_lock_for(owner, wait);
-        async move { acquiring.await?.map(FencedGuard::new).transpose() }
-    }
-
-    /// Releases one hold of `owner` without a guard, Java style (the counterpart of
-    /// [`FencedGuard::detach`]). The token counter is left as it is.
-    ///
-    /// # Errors
-    /// As [`Lock::unlock`].
-    pub async fn unlock(&self, owner: &LockOwner) -> Result<()> {
-        self.inner.unlock(owner).await
-    }
-
-    /// Frees the lock whoever holds it, and wakes its waiters. `true` when it was held. The
-    /// token counter is left as it is, so the next holder's token is still larger than the
-    /// evicted holder's.
-    ///
-    /// # Correctness
-    /// This breaks mutual exclusion for the current holder, which goes on believing it holds
-    /// the lock until its guard's [`lease_lost`](FencedGuard::lease_lost) fires; fencing is
-    /// what keeps its late writes out.
-    ///
-    /// # Errors
-    /// [`Error::Redis`] when Redis cannot be reached; [`Error::InvalidArgument`] for an
-    /// empty name.
-    pub async fn force_unlock(&self) -> Result<bool> {
-        self.inner.force_unlock().await
+    pub(crate) fn into_handle(self) -> Handle {
+        self.inner
     }
 
     /// The current value of the token counter: the token of the latest acquisition, or 0
-    /// when the lock was never taken (Redisson's `getToken`).
+    /// when the lock was never taken (Redisson's `getToken`). A [`FencedGuard`]'s
+    /// [`token`](FencedGuard::token) is the token of its own acquisition.
     ///
     /// # Errors
     /// [`Error::Redis`] when Redis cannot be reached or the key is not an integer;
     /// [`Error::WrongType`] when it is not a string.
-    pub async fn token(&self) -> Result<u64> {
-        self.inner.current_fence_token().await
+    pub async fn latest_token(&self) -> Result<u64> {
+        let counter = self.inner.target().keys.fence_token();
+        self.inner.read_counter(&counter).await
+    }
+}
+
+/// `RFencedLock`'s protocol (§7): `RLock`'s, but every acquisition takes a token.
+struct Fenced;
+
+impl Protocol for Fenced {
+    fn acquire(&self, lock: &Target, owner: &LockOwner, lease_ms: i64, _wait: Wait) -> Call {
+        Call::new(
+            &FENCED_ACQUIRE,
+            &[&lock.keys.raw, &lock.keys.fence_token()],
+            vec![Value::from(lease_ms), Value::from(&**owner.field())],
+        )
+    }
+
+    fn read_acquire(
+        &self,
+        lock: &Target,
+        _owner: &LockOwner,
+        script: &'static Script,
+        reply: Result<Value, RedisError>,
+    ) -> Result<Attempt<Taken>> {
+        match read_taken(lock, script, reply)? {
+            Attempt::Acquired(Taken { token: None, .. }) => Err(Error::UnexpectedReply {
+                script: script.name,
+                detail: "a hold without a token".to_owned(),
+            }),
+            attempt => Ok(attempt),
+        }
+    }
+
+    fn release(&self, lock: &Target, owner: &LockOwner, lease_ms: i64, latch: &str) -> Call {
+        release_call(lock, owner, lease_ms, latch, true)
+    }
+
+    fn force_release(&self, lock: &Target) -> Call {
+        Reentrant.force_release(lock)
     }
 }
 
@@ -222,15 +180,10 @@ pub struct FencedGuard {
 }
 
 impl FencedGuard {
-    fn new(guard: LockGuard) -> Result<FencedGuard> {
-        match guard.fence_token() {
-            Some(token) => Ok(FencedGuard { guard, token }),
-            // Not reached: every fenced acquisition replies its token.
-            None => Err(Error::UnexpectedReply {
-                script: "fenced_acquire",
-                detail: "a hold without a token".to_owned(),
-            }),
-        }
+    fn new(guard: LockGuard) -> FencedGuard {
+        // Every fenced acquisition has its token (see `Fenced::read_acquire`).
+        let token = guard.fence_token().unwrap_or_default();
+        FencedGuard { guard, token }
     }
 
     /// The fencing token of this hold: larger than the token of every acquisition of this
@@ -242,10 +195,13 @@ impl FencedGuard {
     /// Releases this hold (the lock is freed with its owner's last hold). The token counter
     /// is left as it is.
     ///
+    /// # Cancel safety
+    /// As [`LockGuard::unlock`].
+    ///
     /// # Errors
     /// As [`LockGuard::unlock`].
-    pub async fn unlock(self) -> Result<()> {
-        self.guard.unlock().await
+    pub fn unlock(self) -> impl Future<Output = Result<()>> + Send + 'static {
+        self.guard.unlock()
     }
 
     /// Gives up the guard but keeps the hold (and its watchdog renewal); release it later
@@ -262,6 +218,14 @@ impl FencedGuard {
     /// The owner this hold belongs to.
     pub fn owner(&self) -> &LockOwner {
         self.guard.owner()
+    }
+
+    /// As [`LockGuard::remaining_lease`].
+    ///
+    /// # Errors
+    /// As [`LockGuard::remaining_lease`].
+    pub async fn remaining_lease(&self) -> Result<Option<Duration>> {
+        self.guard.remaining_lease().await
     }
 
     /// Completes when the hold is known to be lost; see [`LockGuard::lease_lost`]. Writes

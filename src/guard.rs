@@ -1,5 +1,5 @@
-//! What every guard shares: the lease policy, the link to the watchdog, and lease-lost
-//! signalling.
+//! Guards: the lease policy, [`LockGuard`] (one hold, released on unlock or drop), its part
+//! in the client's registry of holds, and lease-lost signalling.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -9,9 +9,16 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::engine::{BoxFuture, Engine};
+use std::fmt;
+
+use crate::engine::Engine;
 use crate::error::{Error, Result};
-use crate::watchdog::{millis, HoldKey, Leaving, LostSignal, Ticket};
+use crate::owner::LockOwner;
+use crate::protocol::Target;
+use crate::release::{release_settled, By, Released};
+use crate::script::BoxFuture;
+use crate::time::{lease_end, millis};
+use crate::watchdog::{HoldKey, Leaving, LostSignal, Ticket};
 
 /// How long a hold lasts without being released.
 ///
@@ -73,7 +80,7 @@ impl Renewal {
     ) -> Renewal {
         let ends = match lease {
             Lease::Watchdog => None,
-            Lease::Fixed(lease) => Some(sent_at.checked_add(lease).unwrap_or_else(far_future)),
+            Lease::Fixed(lease) => Some(lease_end(sent_at, lease)),
         };
         let (ticket, lost) = engine.watchdog.register(hold, sent_at, ends, new_hold);
         Renewal {
@@ -121,10 +128,6 @@ impl Renewal {
     }
 }
 
-fn far_future() -> Instant {
-    Instant::now() + Duration::from_secs(100 * 365 * 24 * 3600)
-}
-
 /// A release that completes even when its caller stops waiting: dropped before it is done
 /// (or before its first poll), it finishes on the runtime, as a dropped guard's release does.
 pub(crate) struct Finishing<T: Send + 'static> {
@@ -168,5 +171,160 @@ pub(crate) fn release_in_background(release: impl Future<Output = ()> + Send + '
         Err(_) => tracing::warn!(
             "guard dropped outside a Tokio runtime; its hold expires with its lease instead"
         ),
+    }
+}
+
+/// One hold of a lock. Release it with [`unlock`](LockGuard::unlock).
+///
+/// Dropping the guard without `unlock` stops its renewal at once and releases the hold in
+/// the background; `unlock().await` is the way to release it now and learn of errors.
+#[must_use = "dropping the guard releases the lock in the background"]
+#[clippy::has_significant_drop]
+pub struct LockGuard {
+    lock: Arc<Target>,
+    owner: LockOwner,
+    renewal: Renewal,
+    active: bool,
+    /// The lease of the handle that took the hold, for a partial release when this client
+    /// knows of no other hold of the owner.
+    lease_ms: i64,
+    /// The fencing token of a fenced hold, on its way to the [`FencedGuard`].
+    ///
+    /// [`FencedGuard`]: crate::FencedGuard
+    token: Option<u64>,
+}
+
+impl LockGuard {
+    pub(crate) fn new(
+        lock: Arc<Target>,
+        owner: LockOwner,
+        renewal: Renewal,
+        lease_ms: i64,
+        token: Option<u64>,
+    ) -> LockGuard {
+        LockGuard {
+            lock,
+            owner,
+            renewal,
+            active: true,
+            lease_ms,
+            token,
+        }
+    }
+
+    /// Releases this hold (the lock is freed with its owner's last hold). A guard releases
+    /// only the hold it acquired: if that hold was lost, a newer hold of the same owner is
+    /// left alone.
+    ///
+    /// # Cancel safety
+    /// Cancel-safe: the guard gives up its part when `unlock` is called, and a future dropped
+    /// before it is done (even before its first poll) finishes the release in the
+    /// background, resends included, exactly as a dropped guard does.
+    ///
+    /// # Errors
+    /// [`Error::NotHeld`] when the hold was lost before (lease expired, force-unlocked, data
+    /// lost; nothing is sent when this client already knows it); [`Error::Redis`] when Redis
+    /// could not be reached even after resending. In the error case the hold, if it still
+    /// exists, is no longer renewed and frees itself when its lease runs out.
+    pub fn unlock(mut self) -> impl Future<Output = Result<()>> + Send + 'static {
+        self.active = false;
+        Finishing::new(self.release())
+    }
+
+    /// Gives up the guard but keeps the hold (and its watchdog renewal); release it later
+    /// with the handle's `unlock(&owner)`, Java style.
+    pub fn detach(mut self) {
+        self.active = false;
+        self.renewal.detach();
+    }
+
+    /// The lock's name.
+    pub fn name(&self) -> &str {
+        &self.lock.name
+    }
+
+    /// The owner this hold belongs to.
+    pub fn owner(&self) -> &LockOwner {
+        &self.owner
+    }
+
+    /// How long the lock's key lives unless renewed or released, as Redis reports it now;
+    /// `None` when the key is gone (the hold is lost).
+    ///
+    /// # Errors
+    /// [`Error::Redis`] when Redis cannot be reached.
+    pub async fn remaining_lease(&self) -> Result<Option<Duration>> {
+        self.lock.remaining_lease().await
+    }
+
+    /// Completes when the hold is known to be lost: the watchdog found it gone, or could not
+    /// reach Redis before the lease ran out, or (for a fixed lease) the lease ended.
+    /// Meant for `tokio::select!` beside the work the lock protects.
+    ///
+    /// # Cancel safety
+    /// Cancel-safe; it only watches.
+    pub fn lease_lost(&self) -> impl Future<Output = ()> + Send + 'static {
+        self.renewal.lost()
+    }
+
+    /// Whether [`lease_lost`](LockGuard::lease_lost) has completed.
+    pub fn is_lease_lost(&self) -> bool {
+        self.renewal.is_lost()
+    }
+
+    /// The fencing token this hold was taken with; `Some` exactly for fenced holds.
+    pub(crate) fn fence_token(&self) -> Option<u64> {
+        self.token
+    }
+
+    /// Gives up this guard's part and returns the release it calls for: none (`NotHeld` at
+    /// once) when the hold is already known to be lost, since whatever the owner holds now
+    /// is a newer hold, not this one.
+    fn release(&mut self) -> impl Future<Output = Result<()>> + Send + 'static {
+        let leaving = self.renewal.finish();
+        let (lock, owner, lease_ms) = (self.lock.clone(), self.owner.clone(), self.lease_ms);
+        async move {
+            let not_held = || Error::not_held(&lock.name, &owner);
+            let Some(Leaving {
+                generation,
+                keep_alive,
+            }) = leaving
+            else {
+                return Err(not_held());
+            };
+            // Long enough for the owner's other holds that this client knows of.
+            let lease_ms = keep_alive.map_or(lease_ms, millis);
+            match release_settled(&lock, &owner, lease_ms, Some(generation), By::Guard).await? {
+                Released::NotHeld => Err(not_held()),
+                Released::Partly | Released::Fully => Ok(()),
+            }
+        }
+    }
+}
+
+impl Drop for LockGuard {
+    fn drop(&mut self) {
+        if !self.active {
+            return;
+        }
+        let name = self.lock.name.clone();
+        let release = self.release();
+        release_in_background(async move {
+            match release.await {
+                Ok(()) | Err(Error::NotHeld { .. }) => {}
+                Err(error) => {
+                    tracing::warn!(%error, lock = %name, "releasing a dropped guard failed; the hold expires with its lease")
+                }
+            }
+        });
+    }
+}
+
+impl fmt::Debug for LockGuard {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LockGuard")
+            .field("name", &self.lock.name)
+            .field("owner", &self.owner)
+            .finish()
     }
 }

@@ -3,7 +3,7 @@
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 #![deny(rustdoc::broken_intra_doc_links)]
 
-mod acquire;
+mod attempt;
 mod client;
 mod engine;
 mod error;
@@ -17,10 +17,13 @@ mod lock;
 mod multi_lock;
 mod non_reentrant;
 mod owner;
+mod protocol;
 mod pubsub;
+mod release;
 mod rw_lock;
 mod script;
 mod spin_lock;
+mod time;
 mod wait;
 mod watchdog;
 
@@ -28,8 +31,8 @@ pub use client::{LockClient, LockClientBuilder};
 pub use error::{Error, Result};
 pub use fair_lock::FairLock;
 pub use fenced_lock::{FencedGuard, FencedLock};
-pub use guard::Lease;
-pub use lock::{Lock, LockGuard};
+pub use guard::{Lease, LockGuard};
+pub use lock::Lock;
 pub use multi_lock::{MultiLock, MultiLockGuard, MultiMember, RedLock};
 pub use non_reentrant::{NonReentrantFairLock, NonReentrantLock};
 pub use owner::LockOwner;

@@ -11,45 +11,56 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 use crate::error::{Error, Result};
-use crate::guard::Lease;
-use crate::lock::{Lock, LockGuard, Wait};
-use crate::{FairLock, FencedLock, LockOwner, ReadWriteLock};
+use crate::fair_lock::FairLock;
+use crate::fenced_lock::FencedLock;
+use crate::guard::{Lease, LockGuard};
+use crate::handle::Handle;
+use crate::lock::Lock;
+use crate::non_reentrant::{NonReentrantFairLock, NonReentrantLock};
+use crate::owner::LockOwner;
+use crate::rw_lock::ReadWriteLock;
+use crate::spin_lock::SpinLock;
+use crate::time::deadline_after;
+use crate::wait::backoff::between;
+use crate::wait::Wait;
 
-/// One lock of a multi-lock: a plain, fair or fenced lock, or the write side of a read-write
-/// lock, from any [`LockClient`](crate::LockClient).
+/// One lock of a multi-lock: any exclusive kind (plain, fair, fenced, spin, non-reentrant),
+/// or the write side of a read-write lock, from any [`LockClient`](crate::LockClient).
 #[derive(Clone)]
-pub struct MultiMember(Lock);
+pub struct MultiMember(Handle);
 
 impl MultiMember {
     /// The write side of a read-write lock (Redisson's multi-lock over a `writeLock()`).
     pub fn write_side(lock: &ReadWriteLock) -> MultiMember {
-        MultiMember(lock.write_lock().clone())
+        MultiMember(lock.write_handle().clone())
     }
 }
 
-impl From<Lock> for MultiMember {
-    fn from(lock: Lock) -> Self {
-        MultiMember(lock)
-    }
+/// `From` each exclusive kind, by value and by reference.
+macro_rules! members {
+    ($($kind:ident),*) => {$(
+        impl From<$kind> for MultiMember {
+            fn from(lock: $kind) -> Self {
+                MultiMember(lock.into_handle())
+            }
+        }
+
+        impl From<&$kind> for MultiMember {
+            fn from(lock: &$kind) -> Self {
+                MultiMember(lock.clone().into_handle())
+            }
+        }
+    )*};
 }
 
-impl From<&Lock> for MultiMember {
-    fn from(lock: &Lock) -> Self {
-        MultiMember(lock.clone())
-    }
-}
-
-impl From<FairLock> for MultiMember {
-    fn from(lock: FairLock) -> Self {
-        MultiMember(lock.into_lock())
-    }
-}
-
-impl From<FencedLock> for MultiMember {
-    fn from(lock: FencedLock) -> Self {
-        MultiMember(lock.into_lock())
-    }
-}
+members!(
+    Lock,
+    FairLock,
+    FencedLock,
+    SpinLock,
+    NonReentrantLock,
+    NonReentrantFairLock
+);
 
 impl fmt::Debug for MultiMember {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -93,7 +104,7 @@ enum Quorum {
 /// ```
 #[derive(Clone)]
 pub struct MultiLock {
-    members: Vec<Lock>,
+    members: Vec<Handle>,
     lease: Lease,
     quorum: Quorum,
 }
@@ -126,8 +137,11 @@ impl MultiLock {
         members: impl IntoIterator<Item = impl Into<MultiMember>>,
         quorum: Quorum,
     ) -> MultiLock {
-        let mut members: Vec<Lock> = members.into_iter().map(|m| m.into().0).collect();
-        members.sort_by(|a, b| (a.server(), a.raw_key()).cmp(&(b.server(), b.raw_key())));
+        let mut members: Vec<Handle> = members.into_iter().map(|m| m.into().0).collect();
+        members.sort_by(|a, b| {
+            let (a_key, b_key) = (&a.target().keys.raw, &b.target().keys.raw);
+            (a.server(), a_key).cmp(&(b.server(), b_key))
+        });
         MultiLock {
             members,
             lease: Lease::Watchdog,
@@ -216,7 +230,7 @@ impl MultiLock {
     pub async fn is_held_by(&self, owner: &LockOwner) -> Result<bool> {
         let mut held = 0;
         for member in &self.members {
-            if member.is_held_by(owner).await? {
+            if member.hold_count(owner).await? > 0 {
                 held += 1;
             }
         }
@@ -253,7 +267,7 @@ impl MultiLock {
         let deadline = if wait.is_zero() {
             None
         } else {
-            Some(crate::acquire::deadline_after(wait)?)
+            Some(deadline_after(wait)?)
         };
         loop {
             let mut taken: Vec<LockGuard> = Vec::with_capacity(n);
@@ -462,17 +476,6 @@ async fn release_all(taken: Vec<LockGuard>) {
         releases.spawn(guard.unlock());
     }
     while releases.join_next().await.is_some() {}
-}
-
-/// A duration drawn from `[low, high)`, without a random-number dependency.
-fn between(low: Duration, high: Duration) -> Duration {
-    let span = high.saturating_sub(low).as_nanos().max(1) as u64;
-    let noise = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.subsec_nanos() as u64 ^ (d.as_secs() << 17))
-        .unwrap_or(0)
-        .wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    low + Duration::from_nanos(noise % span)
 }
 
 /// The members held by a [`MultiLock`] or [`RedLock`]. Release with

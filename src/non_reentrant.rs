@@ -1,21 +1,29 @@
 //! The non-reentrant locks: Redisson's `getNonReentrantLock` and `getNonReentrantFairLock`
-//! (protocol §8.2, §8.3).
-//!
-//! Both are thin wrappers around a [`Lock`] of the reentrant or fair kind whose acquire
-//! scripts get Redisson's extra argument, with which they refuse a second acquisition by the
-//! holder (an error reply that the client maps to [`Error::WouldDeadlock`]). Everything else
-//! (hash, channel, releases, renewal, waiting, the fair queue) is the base kind's.
+//! (protocol §8.2, §8.3): the reentrant or fair kind whose acquire scripts get Redisson's
+//! extra argument, with which they refuse a second acquisition by the holder (an error reply
+//! that the client maps to [`Error::WouldDeadlock`]). Everything else (hash, channel,
+//! releases, renewal, waiting, the fair queue) is the base kind's.
 
-use std::future::Future;
-use std::time::Duration;
+use std::sync::Arc;
 
-use crate::error::Result;
-use crate::handle::delegate_to_lock;
-use crate::lock::{Lock, LockGuard};
-use crate::wait::WaitStrategy;
+use fred::error::Error as RedisError;
+use fred::types::Value;
+
+use crate::attempt::Attempt;
+use crate::attempt::Taken;
+use crate::engine::Engine;
+use crate::error::{Error, Result};
+use crate::fair_lock::Fair;
+use crate::handle::{exclusive_lock, Handle};
+use crate::keys::{LockKeys, NON_REENTRANT_REACQUIRE};
 #[cfg(doc)]
-use crate::Error;
-use crate::LockOwner;
+use crate::lock::Lock;
+use crate::lock::Reentrant;
+use crate::owner::LockOwner;
+use crate::protocol::{Place, Protocol, Target};
+use crate::script::{BoxFuture, Call, Script};
+use crate::wait::{Wait, WaitStrategy};
+use crate::watchdog::Renew;
 
 /// A distributed lock that an owner can hold only once: taking it again while holding it
 /// fails at once with [`Error::WouldDeadlock`], instead of re-entering. Shared with Java's
@@ -45,95 +53,24 @@ use crate::LockOwner;
 /// ```
 #[derive(Clone)]
 pub struct NonReentrantLock {
-    inner: Lock,
+    inner: Handle,
 }
 
-delegate_to_lock!(NonReentrantLock);
+exclusive_lock!(
+    NonReentrantLock,
+    crate::guard::LockGuard,
+    std::convert::identity
+);
 
 impl NonReentrantLock {
-    pub(crate) fn new(inner: Lock) -> NonReentrantLock {
-        NonReentrantLock { inner }
-    }
-
-    /// The same lock with another way of waiting from now on; see [`WaitStrategy`].
-    pub fn with_wait_strategy(self, wait: WaitStrategy) -> NonReentrantLock {
+    pub(crate) fn new(engine: Arc<Engine>, name: &str) -> NonReentrantLock {
         NonReentrantLock {
-            inner: self.inner.with_wait_strategy(wait),
+            inner: Handle::new(engine, name, NoReentry(Reentrant)),
         }
     }
 
-    /// How this handle waits.
-    pub fn wait_strategy(&self) -> WaitStrategy {
-        self.inner.wait_strategy()
-    }
-
-    /// Takes the lock for `owner`, waiting as long as it takes (as [`Lock::lock`]).
-    ///
-    /// # Cancel safety
-    /// Cancel-safe: dropping the future at any point leaves no hold behind.
-    ///
-    /// # Errors
-    /// [`Error::WouldDeadlock`] at once, without waiting and without changing anything, when
-    /// `owner` already holds the lock. Otherwise as [`Lock::lock`].
-    pub fn lock(
-        &self,
-        owner: &LockOwner,
-    ) -> impl Future<Output = Result<LockGuard>> + Send + 'static {
-        self.inner.lock(owner)
-    }
-
-    /// One attempt: takes the lock if it is free, without waiting. `Ok(None)` when another
-    /// owner holds it.
-    ///
-    /// # Cancel safety
-    /// As [`lock`](NonReentrantLock::lock).
-    ///
-    /// # Errors
-    /// As [`lock`](NonReentrantLock::lock): [`Error::WouldDeadlock`] when `owner` already
-    /// holds the lock.
-    pub fn try_lock(
-        &self,
-        owner: &LockOwner,
-    ) -> impl Future<Output = Result<Option<LockGuard>>> + Send + 'static {
-        self.inner.try_lock(owner)
-    }
-
-    /// Takes the lock for `owner`, waiting at most `wait`. `Ok(None)` when the wait ran out.
-    ///
-    /// # Cancel safety
-    /// As [`lock`](NonReentrantLock::lock).
-    ///
-    /// # Errors
-    /// As [`lock`](NonReentrantLock::lock) (a held lock fails at once, whatever `wait`);
-    /// also [`Error::InvalidArgument`] when `wait` is too long to add to the current time.
-    pub fn try_lock_for(
-        &self,
-        owner: &LockOwner,
-        wait: Duration,
-    ) -> impl Future<Output = Result<Option<LockGuard>>> + Send + 'static {
-        self.inner.try_lock_for(owner, wait)
-    }
-
-    /// Releases the hold of `owner` without a guard, Java style (the counterpart of
-    /// [`LockGuard::detach`]), which frees the lock and wakes a waiter.
-    ///
-    /// # Errors
-    /// As [`Lock::unlock`].
-    pub async fn unlock(&self, owner: &LockOwner) -> Result<()> {
-        self.inner.unlock(owner).await
-    }
-
-    /// Frees the lock whoever holds it, and wakes its waiters. `true` when it was held.
-    ///
-    /// # Correctness
-    /// This breaks mutual exclusion for the current holder, which goes on believing it holds
-    /// the lock until its guard's [`lease_lost`](LockGuard::lease_lost) fires.
-    ///
-    /// # Errors
-    /// [`Error::Redis`] when Redis cannot be reached; [`Error::InvalidArgument`] for an
-    /// empty name.
-    pub async fn force_unlock(&self) -> Result<bool> {
-        self.inner.force_unlock().await
+    pub(crate) fn into_handle(self) -> Handle {
+        self.inner
     }
 }
 
@@ -147,86 +84,90 @@ impl NonReentrantLock {
 /// `Send + Sync`).
 #[derive(Clone)]
 pub struct NonReentrantFairLock {
-    inner: Lock,
+    inner: Handle,
 }
 
-delegate_to_lock!(NonReentrantFairLock);
+exclusive_lock!(
+    NonReentrantFairLock,
+    crate::LockGuard,
+    std::convert::identity
+);
 
 impl NonReentrantFairLock {
-    pub(crate) fn new(inner: Lock) -> NonReentrantFairLock {
-        NonReentrantFairLock { inner }
+    pub(crate) fn new(engine: Arc<Engine>, name: &str) -> NonReentrantFairLock {
+        NonReentrantFairLock {
+            inner: Handle::new(engine, name, NoReentry(Fair)),
+        }
     }
 
-    /// Takes the lock for `owner` after every waiter queued before it, waiting as long as it
-    /// takes (as [`FairLock::lock`](crate::FairLock::lock)).
-    ///
-    /// # Cancel safety
-    /// Cancel-safe: dropping the future leaves no hold behind, and a queued waiter leaves
-    /// the queue at once.
-    ///
-    /// # Errors
-    /// [`Error::WouldDeadlock`] at once, without waiting or queueing, when `owner` already
-    /// holds the lock. Otherwise as [`FairLock::lock`](crate::FairLock::lock).
-    pub fn lock(
+    pub(crate) fn into_handle(self) -> Handle {
+        self.inner
+    }
+}
+
+/// A base kind whose acquire refuses a re-entry: its script gets the marker as its last
+/// argument (§8.2, §8.3) and replies it as an error, which becomes
+/// [`Error::WouldDeadlock`]. Everything else is the base kind's.
+struct NoReentry<P>(P);
+
+impl<P: Protocol> Protocol for NoReentry<P> {
+    fn field(&self, owner: &LockOwner) -> Arc<str> {
+        self.0.field(owner)
+    }
+
+    fn renew(&self, keys: &LockKeys) -> Renew {
+        self.0.renew(keys)
+    }
+
+    fn channel(&self, keys: &LockKeys, owner: &LockOwner) -> Arc<str> {
+        self.0.channel(keys, owner)
+    }
+
+    fn default_wait(&self) -> WaitStrategy {
+        self.0.default_wait()
+    }
+
+    fn acquire(&self, lock: &Target, owner: &LockOwner, lease_ms: i64, wait: Wait) -> Call {
+        let mut call = self.0.acquire(lock, owner, lease_ms, wait);
+        call.args.push(Value::from(NON_REENTRANT_REACQUIRE));
+        call
+    }
+
+    fn read_acquire(
         &self,
+        lock: &Target,
         owner: &LockOwner,
-    ) -> impl Future<Output = Result<LockGuard>> + Send + 'static {
-        self.inner.lock(owner)
+        script: &'static Script,
+        reply: Result<Value, RedisError>,
+    ) -> Result<Attempt<Taken>> {
+        match reply {
+            Err(error) if error.details().contains(NON_REENTRANT_REACQUIRE) => {
+                Err(Error::WouldDeadlock(
+                    format!(
+                        "{owner} already holds non-reentrant lock {:?}; taking it again would \
+                         wait for itself",
+                        lock.name
+                    )
+                    .into(),
+                ))
+            }
+            reply => self.0.read_acquire(lock, owner, script, reply),
+        }
     }
 
-    /// One attempt, never queueing: takes the lock if it is free and nobody waits before
-    /// `owner`. `Ok(None)` otherwise.
-    ///
-    /// # Cancel safety
-    /// As [`lock`](NonReentrantFairLock::lock).
-    ///
-    /// # Errors
-    /// As [`lock`](NonReentrantFairLock::lock): [`Error::WouldDeadlock`] when `owner`
-    /// already holds the lock.
-    pub fn try_lock(
-        &self,
-        owner: &LockOwner,
-    ) -> impl Future<Output = Result<Option<LockGuard>>> + Send + 'static {
-        self.inner.try_lock(owner)
+    fn release(&self, lock: &Target, owner: &LockOwner, lease_ms: i64, latch: &str) -> Call {
+        self.0.release(lock, owner, lease_ms, latch)
     }
 
-    /// Takes the lock for `owner`, waiting in the queue at most `wait` (also its wait in
-    /// the queue, as [`FairLock::try_lock_for`](crate::FairLock::try_lock_for)). `Ok(None)`
-    /// when the wait ran out; the waiter has then left the queue.
-    ///
-    /// # Cancel safety
-    /// As [`lock`](NonReentrantFairLock::lock).
-    ///
-    /// # Errors
-    /// As [`lock`](NonReentrantFairLock::lock) (a held lock fails at once, whatever `wait`);
-    /// also [`Error::InvalidArgument`] when `wait` is too long to add to the current time.
-    pub fn try_lock_for(
-        &self,
-        owner: &LockOwner,
-        wait: Duration,
-    ) -> impl Future<Output = Result<Option<LockGuard>>> + Send + 'static {
-        self.inner.try_lock_for(owner, wait)
+    fn force_release(&self, lock: &Target) -> Call {
+        self.0.force_release(lock)
     }
 
-    /// Releases the hold of `owner` without a guard, Java style, which frees the lock and
-    /// tells the first waiter.
-    ///
-    /// # Errors
-    /// As [`FairLock::unlock`](crate::FairLock::unlock).
-    pub async fn unlock(&self, owner: &LockOwner) -> Result<()> {
-        self.inner.unlock(owner).await
+    fn is_locked(&self, lock: &Target) -> BoxFuture<Result<bool>> {
+        self.0.is_locked(lock)
     }
 
-    /// Frees the lock whoever holds it, and tells the first waiter. `true` when it was held.
-    ///
-    /// # Correctness
-    /// This breaks mutual exclusion for the current holder, which goes on believing it holds
-    /// the lock until its guard's [`lease_lost`](LockGuard::lease_lost) fires.
-    ///
-    /// # Errors
-    /// [`Error::Redis`] when Redis cannot be reached; [`Error::InvalidArgument`] for an
-    /// empty name.
-    pub async fn force_unlock(&self) -> Result<bool> {
-        self.inner.force_unlock().await
+    fn line_up(&self, lock: &Arc<Target>, owner: &LockOwner, wait: Wait) -> Option<Place> {
+        self.0.line_up(lock, owner, wait)
     }
 }

@@ -1,19 +1,34 @@
-//! The read-write lock: Redisson's `RReadWriteLock` (protocol §5).
-//!
-//! [`ReadWriteLock`] is a thin wrapper around two [`Lock`]s of kinds `Read` and `Write` over
-//! the same key: the handle, the guard, the wait loop, the watchdog and the release logic
-//! are the shared ones, and only the scripts and the hold's hash field differ (see the
-//! `*_call` methods and `Lock::field`). [`ReadGuard`] and [`WriteGuard`] are thin newtypes
-//! over [`LockGuard`] so that the two sides cannot be mixed up.
+//! The read-write lock: Redisson's `RReadWriteLock` (protocol §5): two sides over one hash,
+//! the read side's shared holds (each with its own timeout key, renewed by the watchdog's
+//! reader batch) and the write side's exclusive hold under the field `<owner>:write`.
+//! [`ReadGuard`] and [`WriteGuard`] are thin newtypes over [`LockGuard`] so that the two
+//! sides cannot be mixed up.
 
 use std::fmt;
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
-use crate::error::Result;
-use crate::guard::Lease;
-use crate::lock::{Lock, LockGuard};
-use crate::LockOwner;
+use fred::error::Error as RedisError;
+use fred::interfaces::HashesInterface;
+use fred::types::Value;
+
+use crate::attempt::{Attempt, Reply, Taken};
+use crate::engine::Engine;
+use crate::error::{map_redis_error, Error, Result};
+use crate::guard::{Lease, LockGuard};
+use crate::handle::Handle;
+use crate::keys::{self, LockKeys, MODE_FIELD, READ_UNLOCK_MESSAGE, UNLOCK_MESSAGE, WRITE_MODE};
+use crate::owner::LockOwner;
+use crate::protocol::{read_reply, Protocol, Target};
+use crate::release::latch_ttl;
+use crate::script::{
+    BoxFuture, Call, Script, READ_ACQUIRE, READ_FORCE_RELEASE, READ_LOCKED, READ_RELEASE,
+    WRITE_ACQUIRE, WRITE_FORCE_RELEASE, WRITE_RELEASE,
+};
+use crate::time::millis;
+use crate::wait::Wait;
+use crate::watchdog::Renew;
 
 /// A distributed read-write lock, shared with Java's `RReadWriteLock` of the same name:
 /// many readers at a time, or one writer.
@@ -54,17 +69,20 @@ use crate::LockOwner;
 /// ```
 #[derive(Clone)]
 pub struct ReadWriteLock {
-    read: Lock,
-    write: Lock,
+    read: Handle,
+    write: Handle,
 }
 
 impl ReadWriteLock {
-    pub(crate) fn new(read: Lock, write: Lock) -> ReadWriteLock {
-        ReadWriteLock { read, write }
+    pub(crate) fn new(engine: Arc<Engine>, name: &str) -> ReadWriteLock {
+        ReadWriteLock {
+            read: Handle::new(engine.clone(), name, Read),
+            write: Handle::new(engine, name, Write),
+        }
     }
 
     /// The write side, as a multi-lock member.
-    pub(crate) fn write_lock(&self) -> &Lock {
+    pub(crate) fn write_handle(&self) -> &Handle {
         &self.write
     }
 
@@ -224,24 +242,38 @@ impl ReadWriteLock {
     /// guard given up with [`ReadGuard::detach`]. When no other hold is left the lock is
     /// freed and waiters are told; otherwise its TTL becomes the longest remaining reader's.
     ///
+    /// # Cancel safety
+    /// Cancel-safe: the release starts when this is called, and a future dropped before it
+    /// is done finishes it in the background, resends included.
+    ///
     /// # Errors
     /// [`Error::NotHeld`](crate::Error::NotHeld) when `owner` holds no read hold (nothing
     /// changes on the server), [`Error::Redis`](crate::Error::Redis) when Redis could not be
     /// reached even after resending (resending is safe: the unlock latch makes the release
     /// happen at most once).
-    pub async fn unlock_read(&self, owner: &LockOwner) -> Result<()> {
-        self.read.unlock(owner).await
+    pub fn unlock_read(
+        &self,
+        owner: &LockOwner,
+    ) -> impl Future<Output = Result<()>> + Send + 'static {
+        self.read.unlock(owner)
     }
 
     /// Releases one write hold of `owner` without a guard, Java style: the counterpart of a
     /// guard given up with [`WriteGuard::detach`]. With the last write hold the lock is
     /// freed and every waiter told, or, when `owner` still holds read holds, it goes to read
-    /// mode (downgrade) and waiting readers are told. Until then the key lives on for the owner's other holds.
+    /// mode (downgrade) and waiting readers are told. Until then the key lives on for the
+    /// owner's other holds.
+    ///
+    /// # Cancel safety
+    /// As [`unlock_read`](ReadWriteLock::unlock_read).
     ///
     /// # Errors
     /// As [`unlock_read`](ReadWriteLock::unlock_read), for the write side.
-    pub async fn unlock_write(&self, owner: &LockOwner) -> Result<()> {
-        self.write.unlock(owner).await
+    pub fn unlock_write(
+        &self,
+        owner: &LockOwner,
+    ) -> impl Future<Output = Result<()>> + Send + 'static {
+        self.write.unlock(owner)
     }
 
     /// Frees the lock if it is in read mode, whoever holds it, and wakes its waiters.
@@ -269,6 +301,15 @@ impl ReadWriteLock {
     /// As [`force_unlock_read`](ReadWriteLock::force_unlock_read).
     pub async fn force_unlock_write(&self) -> Result<bool> {
         self.write.force_unlock().await
+    }
+
+    /// Whether anyone holds the lock, in either mode.
+    ///
+    /// # Errors
+    /// [`Error::Redis`](crate::Error::Redis) when Redis cannot be reached,
+    /// [`Error::WrongType`](crate::Error::WrongType) when the key is not a lock hash.
+    pub async fn is_locked(&self) -> Result<bool> {
+        Ok(self.read.is_locked().await? || self.write.is_locked().await?)
     }
 
     /// Whether the read side is held (Redisson's read `isLocked`): the lock is in read
@@ -310,7 +351,7 @@ impl ReadWriteLock {
     /// # Errors
     /// As [`is_read_locked`](ReadWriteLock::is_read_locked).
     pub async fn is_read_held_by(&self, owner: &LockOwner) -> Result<bool> {
-        self.read.is_held_by(owner).await
+        Ok(self.read.hold_count(owner).await? > 0)
     }
 
     /// Whether `owner` has the write hold.
@@ -318,7 +359,7 @@ impl ReadWriteLock {
     /// # Errors
     /// As [`is_read_locked`](ReadWriteLock::is_read_locked).
     pub async fn is_write_held_by(&self, owner: &LockOwner) -> Result<bool> {
-        self.write.is_held_by(owner).await
+        Ok(self.write.hold_count(owner).await? > 0)
     }
 
     /// How long the lock (either side) lasts unless renewed or released; `None` when it is
@@ -350,14 +391,13 @@ macro_rules! side_guard {
         impl $guard {
             #[doc = concat!("Releases this ", $side, " hold.")]
             ///
+            /// # Cancel safety
+            /// As [`LockGuard::unlock`].
+            ///
             /// # Errors
-            /// [`Error::NotHeld`](crate::Error::NotHeld) when the hold was lost before (lease
-            /// expired, force-unlocked, data lost); [`Error::Redis`](crate::Error::Redis) when
-            /// Redis could not be reached even after resending. In the error case the hold,
-            /// if it still exists, is no longer renewed and frees itself when its lease runs
-            /// out.
-            pub async fn unlock(self) -> Result<()> {
-                self.0.unlock().await
+            /// As [`LockGuard::unlock`].
+            pub fn unlock(self) -> impl Future<Output = Result<()>> + Send + 'static {
+                self.0.unlock()
             }
 
             /// Gives up the guard but keeps the hold (and its watchdog renewal); release it
@@ -374,6 +414,14 @@ macro_rules! side_guard {
             /// The owner this hold belongs to.
             pub fn owner(&self) -> &LockOwner {
                 self.0.owner()
+            }
+
+            /// As [`LockGuard::remaining_lease`].
+            ///
+            /// # Errors
+            /// As [`LockGuard::remaining_lease`].
+            pub async fn remaining_lease(&self) -> Result<Option<Duration>> {
+                self.0.remaining_lease().await
             }
 
             /// Completes when the hold is known to be lost: the watchdog found it gone, or
@@ -422,3 +470,157 @@ side_guard!(
     "write",
     "unlock_write"
 );
+
+/// The write acquire's reply when the owner holds only read holds (see
+/// `lua/write_acquire.lua`); no PTTL is ever negative beyond -2.
+const UPGRADE_REFUSED: i64 = -3;
+
+/// The read side's protocol (§5.2, §5.3, §5.6).
+struct Read;
+
+impl Protocol for Read {
+    fn renew(&self, keys: &LockKeys) -> Renew {
+        Renew::Reader {
+            key_prefix: keys.read_key_prefix().into(),
+        }
+    }
+
+    fn channel(&self, keys: &LockKeys, _owner: &LockOwner) -> Arc<str> {
+        keys.rw_channel().into()
+    }
+
+    fn acquire(&self, lock: &Target, owner: &LockOwner, lease_ms: i64, _wait: Wait) -> Call {
+        let keys = &lock.keys;
+        Call::new(
+            &READ_ACQUIRE,
+            &[&keys.raw, &keys.read_timeout_prefix(owner.field())],
+            vec![
+                Value::from(lease_ms),
+                Value::from(&**owner.field()),
+                Value::from(keys::write_field(owner.field())),
+            ],
+        )
+    }
+
+    /// A read release ignores the lease: the TTL shrinks to the longest live reader's.
+    fn release(&self, lock: &Target, owner: &LockOwner, _lease_ms: i64, latch: &str) -> Call {
+        let keys = &lock.keys;
+        Call::new(
+            &READ_RELEASE,
+            &[
+                &keys.raw,
+                &keys.rw_channel(),
+                &keys.read_timeout_prefix(owner.field()),
+                &keys.read_key_prefix(),
+                latch,
+            ],
+            vec![
+                Value::from(UNLOCK_MESSAGE),
+                Value::from(&**owner.field()),
+                lock.publish(),
+                Value::from(millis(latch_ttl(&lock.engine))),
+            ],
+        )
+    }
+
+    fn force_release(&self, lock: &Target) -> Call {
+        Call::new(
+            &READ_FORCE_RELEASE,
+            &[&lock.keys.raw, &lock.keys.rw_channel()],
+            vec![Value::from(UNLOCK_MESSAGE), lock.publish()],
+        )
+    }
+
+    /// Read mode, or write mode where the writer also holds read holds (§5.7).
+    fn is_locked(&self, lock: &Target) -> BoxFuture<Result<bool>> {
+        let call = Call::new(&READ_LOCKED, &[&lock.keys.raw], Vec::new());
+        let (engine, name) = (lock.engine.clone(), lock.name.clone());
+        Box::pin(async move {
+            let reply = engine.run(call, &name).await?;
+            Ok(matches!(reply, Value::Integer(1)))
+        })
+    }
+}
+
+/// The write side's protocol (§5.4, §5.5), which refuses an upgrade.
+struct Write;
+
+impl Protocol for Write {
+    fn field(&self, owner: &LockOwner) -> Arc<str> {
+        keys::write_field(owner.field()).into()
+    }
+
+    fn channel(&self, keys: &LockKeys, _owner: &LockOwner) -> Arc<str> {
+        keys.rw_channel().into()
+    }
+
+    /// The read field lets the script refuse an upgrade (`UPGRADE_REFUSED`).
+    fn acquire(&self, lock: &Target, owner: &LockOwner, lease_ms: i64, _wait: Wait) -> Call {
+        Call::new(
+            &WRITE_ACQUIRE,
+            &[&lock.keys.raw],
+            vec![
+                Value::from(lease_ms),
+                Value::from(&*self.field(owner)),
+                Value::from(&**owner.field()),
+            ],
+        )
+    }
+
+    fn read_acquire(
+        &self,
+        lock: &Target,
+        owner: &LockOwner,
+        script: &'static Script,
+        reply: Result<Value, RedisError>,
+    ) -> Result<Attempt<Taken>> {
+        match read_reply(lock, script, reply)? {
+            Reply::Busy(UPGRADE_REFUSED) => Err(Error::WouldDeadlock(
+                format!(
+                    "{owner} holds read-write lock {:?} for reading only; upgrading to write \
+                     is refused, as it would wait for itself",
+                    lock.name
+                )
+                .into(),
+            )),
+            reply => Ok(reply.attempt()),
+        }
+    }
+
+    fn release(&self, lock: &Target, owner: &LockOwner, lease_ms: i64, latch: &str) -> Call {
+        Call::new(
+            &WRITE_RELEASE,
+            &[&lock.keys.raw, &lock.keys.rw_channel(), latch],
+            vec![
+                Value::from(READ_UNLOCK_MESSAGE),
+                Value::from(lease_ms),
+                Value::from(&*self.field(owner)),
+                lock.publish(),
+                Value::from(millis(latch_ttl(&lock.engine))),
+            ],
+        )
+    }
+
+    fn force_release(&self, lock: &Target) -> Call {
+        Call::new(
+            &WRITE_FORCE_RELEASE,
+            &[&lock.keys.raw, &lock.keys.rw_channel()],
+            vec![Value::from(READ_UNLOCK_MESSAGE), lock.publish()],
+        )
+    }
+
+    fn is_locked(&self, lock: &Target) -> BoxFuture<Result<bool>> {
+        let (redis, name, key) = (
+            lock.engine.redis.clone(),
+            lock.name.clone(),
+            lock.keys.raw.clone(),
+        );
+        Box::pin(async move {
+            let mode: Option<String> = redis
+                .hget(&*key, MODE_FIELD)
+                .await
+                .map_err(|e| map_redis_error(e, &name))?;
+            Ok(mode.as_deref() == Some(WRITE_MODE))
+        })
+    }
+}

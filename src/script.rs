@@ -1,6 +1,20 @@
-//! The Lua scripts of `lua/`, embedded at build time and sent by EVALSHA.
+//! The Lua scripts of `lua/`, embedded at build time, and how they are sent: by EVALSHA,
+//! routed by their first key's slot, loaded on NOSCRIPT, never resent blindly.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::OnceLock;
+use std::time::Duration;
+
+use fred::clients::Client;
+use fred::error::Error as RedisError;
+use fred::interfaces::{ClientLike, LuaInterface};
+use fred::types::config::Options;
+use fred::types::{ClusterHash, CustomCommand, Value};
+
+use crate::error::{is_noscript, Error, Result};
+
+pub(crate) type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
 
 /// One script of `lua/`: its source, and its SHA-1 computed once on first use.
 pub(crate) struct Script {
@@ -21,6 +35,94 @@ impl Script {
     /// The SHA-1 Redis files the script under (what EVALSHA names).
     pub(crate) fn sha(&self) -> &str {
         self.sha.get_or_init(|| fred::util::sha1_hash(self.lua))
+    }
+}
+
+/// One script call, ready to send: the script, its KEYS and its ARGV.
+pub(crate) struct Call {
+    pub(crate) script: &'static Script,
+    pub(crate) keys: Vec<Value>,
+    pub(crate) args: Vec<Value>,
+}
+
+impl Call {
+    pub(crate) fn new(script: &'static Script, keys: &[&str], args: Vec<Value>) -> Call {
+        Call {
+            script,
+            keys: keys.iter().map(|key| Value::from(*key)).collect(),
+            args,
+        }
+    }
+}
+
+/// Runs scripts by EVALSHA. Cheap to clone; its futures own what they need.
+#[derive(Clone)]
+pub(crate) struct ScriptRunner {
+    redis: Client,
+    timeout: Duration,
+}
+
+impl ScriptRunner {
+    /// `timeout` bounds each command.
+    pub(crate) fn new(redis: Client, timeout: Duration) -> ScriptRunner {
+        ScriptRunner { redis, timeout }
+    }
+
+    /// Sends `script` once. fred never resends it on its own: a lock script that reached
+    /// the server may have run, and running it twice would take or release a second hold.
+    /// Only NOSCRIPT (which proves the script did not run) leads to a load and one retry.
+    ///
+    /// The future is boxed: fred's command futures are large, and every lock future that
+    /// awaits a script would otherwise carry (and copy) kilobytes of their state.
+    pub(crate) fn run(
+        &self,
+        script: &'static Script,
+        keys: Vec<Value>,
+        args: Vec<Value>,
+    ) -> BoxFuture<Result<Value, RedisError>> {
+        let slot = keys
+            .first()
+            .and_then(|key| key.as_bytes())
+            .map(fred::util::redis_keyslot)
+            .unwrap_or(0);
+        let options = Options {
+            max_attempts: Some(1),
+            timeout: Some(self.timeout),
+            ..Default::default()
+        };
+        let redis = self.redis.clone();
+        Box::pin(async move {
+            let command = || CustomCommand::new_static("EVALSHA", ClusterHash::Custom(slot), false);
+            let mut argv = Vec::with_capacity(2 + keys.len() + args.len());
+            argv.push(Value::from(script.sha()));
+            argv.push(Value::from(keys.len() as i64));
+            argv.extend(keys);
+            argv.extend(args);
+            let client = redis.with_options(&options);
+            match client.custom::<Value, Value>(command(), argv.clone()).await {
+                Err(error) if is_noscript(&error) => {
+                    tracing::debug!(
+                        script = script.name,
+                        "script not cached by Redis; loading it"
+                    );
+                    redis.script_load_cluster::<Value, _>(script.lua).await?;
+                    client.custom::<Value, Value>(command(), argv).await
+                }
+                reply => reply,
+            }
+        })
+    }
+}
+
+/// Reads a script's nil-or-integer reply.
+pub(crate) fn nil_or_int(script: &'static Script, reply: Value) -> Result<Option<i64>> {
+    match reply {
+        Value::Null => Ok(None),
+        Value::Integer(n) => Ok(Some(n)),
+        other => Err(Error::UnexpectedReply {
+            script: script.name,
+            detail: format!("{other:?}"),
+        }),
     }
 }
 
@@ -52,7 +154,6 @@ scripts! {
     FAIR_RELEASE => "fair_release" with "common",
     FAIR_FORCE_RELEASE => "fair_force_release",
     FENCED_ACQUIRE => "fenced_acquire" with "common",
-    SPIN_RELEASE => "spin_release" with "common",
     SPIN_FORCE_RELEASE => "spin_force_release",
     READ_ACQUIRE => "read_acquire" with "common",
     READ_RELEASE => "read_release" with "common",

@@ -1,16 +1,19 @@
-//! The spin lock: Redisson's `RSpinLock` (protocol §8.1).
-//!
-//! [`SpinLock`] is a thin wrapper around a [`Lock`] of kind `Spin`, which waits with
-//! [`WaitStrategy::Spin`](crate::WaitStrategy::Spin) and whose releases publish nothing.
+//! The spin lock: Redisson's `RSpinLock` (protocol §8.1): the reentrant lock's hold,
+//! waited for by back-off instead of pub/sub, released without a message.
 
-use std::future::Future;
-use std::time::Duration;
+use std::sync::Arc;
 
-use crate::error::Result;
-use crate::handle::delegate_to_lock;
-use crate::lock::{Lock, LockGuard};
-use crate::wait::{Backoff, WaitStrategy};
-use crate::LockOwner;
+use crate::engine::Engine;
+#[cfg(doc)]
+use crate::guard::LockGuard;
+use crate::handle::{exclusive_lock, Handle};
+#[cfg(doc)]
+use crate::lock::Lock;
+use crate::lock::{acquire_call, release_call};
+use crate::owner::LockOwner;
+use crate::protocol::{Protocol, Target};
+use crate::script::{Call, SPIN_FORCE_RELEASE};
+use crate::wait::{Backoff, Wait, WaitStrategy};
 
 /// A reentrant distributed lock without pub/sub: waiters poll with a back-off, and releases
 /// publish nothing. Shared with Java's `RSpinLock` of the same name.
@@ -27,7 +30,9 @@ use crate::LockOwner;
 /// [`WaitStrategy::Spin`], or do not mix the kinds.
 ///
 /// A `SpinLock` is a cheap handle (no I/O to make one, `Clone`, `Send + Sync`); every call
-/// names the [`LockOwner`] it acts for, and the same owner re-enters.
+/// names the [`LockOwner`] it acts for, and the same owner re-enters. Waiting tries again
+/// after each back-off step, never sleeping past the holder's remaining lease; releases
+/// (and force-unlocks, a plain `DEL`) publish nothing.
 ///
 /// ```no_run
 /// # async fn demo() -> redisson_lock::Result<()> {
@@ -46,97 +51,49 @@ use crate::LockOwner;
 /// ```
 #[derive(Clone)]
 pub struct SpinLock {
-    inner: Lock,
+    inner: Handle,
 }
 
-delegate_to_lock!(SpinLock);
+exclusive_lock!(SpinLock, crate::guard::LockGuard, std::convert::identity);
 
 impl SpinLock {
-    pub(crate) fn new(inner: Lock) -> SpinLock {
-        SpinLock { inner }
+    pub(crate) fn new(engine: Arc<Engine>, name: &str) -> SpinLock {
+        SpinLock {
+            inner: Handle::new(engine, name, Spin),
+        }
     }
 
-    /// The same lock with another back-off for the waits it makes from now on.
+    pub(crate) fn into_handle(self) -> Handle {
+        self.inner
+    }
+
+    /// The same lock with another back-off for the waits it makes from now on (the same as
+    /// `with_wait_strategy(WaitStrategy::Spin(backoff))`).
     ///
     /// # Default
     /// [`Backoff::exponential()`], Redisson's default.
     pub fn with_backoff(self, backoff: Backoff) -> SpinLock {
-        SpinLock {
-            inner: self.inner.with_wait_strategy(WaitStrategy::Spin(backoff)),
-        }
+        self.with_wait_strategy(WaitStrategy::Spin(backoff))
+    }
+}
+
+/// `RSpinLock`'s protocol (§8.1): `RLock`'s acquire, a release that publishes nothing.
+struct Spin;
+
+impl Protocol for Spin {
+    fn default_wait(&self) -> WaitStrategy {
+        WaitStrategy::Spin(Backoff::default())
     }
 
-    /// Takes the lock for `owner`, trying again after each back-off step for as long as it
-    /// takes.
-    ///
-    /// If `owner` already holds it, this re-enters at once (the hold count grows by one; the
-    /// key lives at least this lease from now, never less than before). A step never sleeps past the holder's remaining lease.
-    ///
-    /// # Cancel safety
-    /// Cancel-safe: dropping the future at any point leaves no hold behind. A hold taken by
-    /// a script that was already on the wire is released as soon as its reply arrives.
-    ///
-    /// # Errors
-    /// As [`Lock::lock`].
-    pub fn lock(
-        &self,
-        owner: &LockOwner,
-    ) -> impl Future<Output = Result<LockGuard>> + Send + 'static {
-        self.inner.lock(owner)
+    fn acquire(&self, lock: &Target, owner: &LockOwner, lease_ms: i64, _wait: Wait) -> Call {
+        acquire_call(lock, owner, lease_ms)
     }
 
-    /// One attempt: takes (or re-enters) the lock if it is free for `owner`, without
-    /// waiting. `Ok(None)` when someone else holds it.
-    ///
-    /// # Cancel safety
-    /// As [`lock`](SpinLock::lock): dropping the future leaves no hold behind.
-    ///
-    /// # Errors
-    /// As [`lock`](SpinLock::lock).
-    pub fn try_lock(
-        &self,
-        owner: &LockOwner,
-    ) -> impl Future<Output = Result<Option<LockGuard>>> + Send + 'static {
-        self.inner.try_lock(owner)
+    fn release(&self, lock: &Target, owner: &LockOwner, lease_ms: i64, latch: &str) -> Call {
+        release_call(lock, owner, lease_ms, latch, false)
     }
 
-    /// Takes the lock for `owner`, trying after each back-off step until `wait` has passed.
-    /// `Ok(None)` when the wait ran out. A zero `wait` makes exactly one attempt.
-    ///
-    /// # Cancel safety
-    /// As [`lock`](SpinLock::lock): dropping the future leaves no hold behind.
-    ///
-    /// # Errors
-    /// As [`lock`](SpinLock::lock); also [`Error::InvalidArgument`](crate::Error::InvalidArgument)
-    /// when `wait` is too long to add to the current time.
-    pub fn try_lock_for(
-        &self,
-        owner: &LockOwner,
-        wait: Duration,
-    ) -> impl Future<Output = Result<Option<LockGuard>>> + Send + 'static {
-        self.inner.try_lock_for(owner, wait)
-    }
-
-    /// Releases one hold of `owner` without a guard, Java style (the counterpart of
-    /// [`LockGuard::detach`]). The lock is freed with the last hold; nothing is published.
-    ///
-    /// # Errors
-    /// As [`Lock::unlock`].
-    pub async fn unlock(&self, owner: &LockOwner) -> Result<()> {
-        self.inner.unlock(owner).await
-    }
-
-    /// Frees the lock whoever holds it (a plain `DEL`; nothing is published). `true` when it
-    /// was held.
-    ///
-    /// # Correctness
-    /// This breaks mutual exclusion for the current holder, which goes on believing it holds
-    /// the lock until its guard's [`lease_lost`](LockGuard::lease_lost) fires.
-    ///
-    /// # Errors
-    /// [`Error::Redis`](crate::Error::Redis) when Redis cannot be reached;
-    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) for an empty name.
-    pub async fn force_unlock(&self) -> Result<bool> {
-        self.inner.force_unlock().await
+    fn force_release(&self, lock: &Target) -> Call {
+        Call::new(&SPIN_FORCE_RELEASE, &[&lock.keys.raw], Vec::new())
     }
 }

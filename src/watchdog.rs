@@ -21,8 +21,9 @@ use tokio::sync::{watch, Notify};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
-use crate::engine::ScriptRunner;
-use crate::script::{Script, READ_RENEW_BATCH, RENEW_BATCH};
+use crate::script::{Script, ScriptRunner, READ_RENEW_BATCH, RENEW_BATCH};
+use crate::time::millis;
+use crate::wait::backoff::renewal_retry;
 
 /// At most this many holds are renewed by one script call (Redisson's default batch size).
 const BATCH_SIZE: usize = 100;
@@ -405,8 +406,7 @@ impl Watchdog {
                             registry.holds.remove(hold);
                         } else {
                             // Try again well before the lease ends.
-                            let retry = later + (entry.expires - later) / 2;
-                            next_due = next_due.min(retry.max(later + Duration::from_millis(50)));
+                            next_due = next_due.min(renewal_retry(later, entry.expires));
                         }
                     }
                 }
@@ -445,9 +445,4 @@ impl Watchdog {
         }
         (&READ_RENEW_BATCH, keys, args)
     }
-}
-
-/// A duration in whole milliseconds, as the scripts take it.
-pub(crate) fn millis(duration: Duration) -> i64 {
-    i64::try_from(duration.as_millis()).unwrap_or(i64::MAX)
 }

@@ -21,7 +21,11 @@ async fn token_increase_redisson_sequence() {
     let c = client(&server).await;
     let me = c.new_owner();
     let lock = c.fenced_lock("fenced");
-    assert_eq!(lock.token().await.unwrap(), 0, "never taken: reads as 0");
+    assert_eq!(
+        lock.latest_token().await.unwrap(),
+        0,
+        "never taken: reads as 0"
+    );
 
     let guard = lock.lock(&me).await.unwrap();
     assert_eq!(guard.token(), 1);
@@ -31,7 +35,7 @@ async fn token_increase_redisson_sequence() {
     guard.unlock().await.unwrap();
 
     let first = lock.lock(&me).await.unwrap();
-    assert_eq!(lock.token().await.unwrap(), 3);
+    assert_eq!(lock.latest_token().await.unwrap(), 3);
     assert_eq!(first.token(), 3);
     let second = lock
         .clone()
@@ -39,7 +43,7 @@ async fn token_increase_redisson_sequence() {
         .lock(&me)
         .await
         .unwrap();
-    assert_eq!(lock.token().await.unwrap(), 4);
+    assert_eq!(lock.latest_token().await.unwrap(), 4);
     assert_eq!(second.token(), 4);
     let third = lock.try_lock(&me).await.unwrap().expect("re-enters");
     assert_eq!(third.token(), 5);
@@ -49,7 +53,11 @@ async fn token_increase_redisson_sequence() {
         guard.unlock().await.unwrap();
     }
     assert!(!lock.is_locked().await.unwrap());
-    assert_eq!(lock.token().await.unwrap(), 5, "unlocking takes no token");
+    assert_eq!(
+        lock.latest_token().await.unwrap(),
+        5,
+        "unlocking takes no token"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -97,7 +105,10 @@ async fn tokens_strictly_increase_across_owners_and_clients() {
     );
     let last = *expected.last().unwrap();
     for c in &clients {
-        assert_eq!(c.fenced_lock("fenced-many").token().await.unwrap(), last);
+        assert_eq!(
+            c.fenced_lock("fenced-many").latest_token().await.unwrap(),
+            last
+        );
     }
 }
 
@@ -110,7 +121,7 @@ async fn tokens_keep_growing_across_a_restart_with_persistence() {
         for _ in 0..3 {
             lock.lock(&me).await.unwrap().unlock().await.unwrap();
         }
-        let before = lock.token().await.unwrap();
+        let before = lock.latest_token().await.unwrap();
         c.shutdown().await;
         before
     };
@@ -119,7 +130,7 @@ async fn tokens_keep_growing_across_a_restart_with_persistence() {
     server.restart();
     let c = client(&server).await;
     let lock = c.fenced_lock("durable");
-    assert_eq!(lock.token().await.unwrap(), before);
+    assert_eq!(lock.latest_token().await.unwrap(), before);
     let guard = lock.lock(&c.new_owner()).await.unwrap();
     assert!(guard.token() > before, "{} after {before}", guard.token());
     guard.unlock().await.unwrap();
@@ -153,7 +164,7 @@ async fn the_token_key_is_named_by_redisson_and_never_reset() {
             "force-unlock keeps it"
         );
         assert!(!lock.force_unlock().await.unwrap());
-        assert_eq!(lock.token().await.unwrap(), 2);
+        assert_eq!(lock.latest_token().await.unwrap(), 2);
         // The evicted guard's unlock fails and leaves the counter alone too.
         assert!(matches!(guard.unlock().await, Err(Error::NotHeld { .. })));
         assert_eq!(server.command(&["GET", counter]), "2");
@@ -204,7 +215,7 @@ async fn a_fenced_hold_and_a_plain_hold_exclude_each_other() {
     assert!(fenced.try_lock(&a).await.unwrap().is_none());
     assert!(fenced.is_locked().await.unwrap());
     assert_eq!(
-        fenced.token().await.unwrap(),
+        fenced.latest_token().await.unwrap(),
         1,
         "a refused attempt takes no token"
     );
@@ -233,7 +244,7 @@ async fn a_waiting_fenced_lock_times_out_and_is_cancel_safe() {
     );
     guard.unlock().await.unwrap();
     assert!(!lock.is_locked().await.unwrap());
-    assert_eq!(lock.token().await.unwrap(), 1);
+    assert_eq!(lock.latest_token().await.unwrap(), 1);
 }
 
 /// The protected resource of the worked example in `FencedLock`'s documentation: it keeps

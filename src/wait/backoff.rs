@@ -1,30 +1,14 @@
-//! How a waiter waits between two attempts: pub/sub wake-ups, or spinning by a back-off
-//! (protocol §3.9, §8.1).
+//! Every pause this crate takes between two tries of anything (a spinning waiter's
+//! back-off, a queued waiter's pacing, a waiter's polls and outage back-off, a release's
+//! resends, the watchdog's retries, a multi-lock's rounds) and the one random generator
+//! their jitter uses.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-/// How a waiting call (`lock`, `try_lock_for`) learns that it may try again.
-///
-/// Either way, a waiter only ever gets the lock by running the acquire script again, so
-/// the choice never affects exclusion, only latency and load.
-///
-/// # Default
-/// [`WaitStrategy::PubSub`], as Redisson's `RLock`.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum WaitStrategy {
-    /// Subscribe to the lock's channel and try again when an unlock message arrives, or
-    /// when the holder's lease runs out. Quick to wake, one shared subscription per lock
-    /// name and client. A holder that frees the lock without publishing (a spin lock, a
-    /// crashed client, a plain `DEL`) is noticed only when its lease would have ended.
-    #[default]
-    PubSub,
-    /// Never subscribe: sleep by the back-off between attempts (never longer than the
-    /// holder's remaining lease, nor past the caller's deadline), as Redisson's `RSpinLock`.
-    /// Costs one script call per sleep, but needs no pub/sub at all and notices every
-    /// release within one back-off step, published or not.
-    Spin(Backoff),
-}
+use tokio::time::Instant;
+
+use crate::attempt::Attempt;
 
 /// The sleeps between the attempts of a spinning waiter, as Redisson's `LockOptions`
 /// back-offs. The sequence starts over with each waiting call.
@@ -179,6 +163,86 @@ impl XorShift {
     }
 }
 
+/// How long a waiter sleeps between attempts when no unlock message can reach it (the key
+/// has no TTL, or subscribing failed).
+pub(super) const POLL_WITHOUT_MESSAGES: Duration = Duration::from_millis(500);
+/// Back-off between attempts while Redis is unreachable during a wait.
+pub(super) const OUTAGE_BACKOFF: (Duration, Duration) =
+    (Duration::from_millis(50), Duration::from_secs(1));
+
+/// First and longest pause between two attempts of a queued waiter whose reply gave no
+/// time to wait (0 or negative: the lock is free but another waiter is first in line, or
+/// the estimate is unknown). Java retries at once, over and over (protocol §4.8); a pause
+/// keeps the order, since the first waiter is woken by its own message anyway.
+const PACE: (u64, u64) = (4, 64);
+
+/// Shapes a queued waiter's replies into its sleeps between attempts: a busy reply without
+/// a positive wait becomes a doubling, bounded pause, and no sleep is longer than half the
+/// waiter's wait in the queue. Looking again within half its wait keeps a waiter's place:
+/// its deadline is refreshed whenever it looks while first in line (see
+/// `lua/fair_acquire.lua`), and a waiter that becomes first in line without being woken
+/// (the one before it took the lock) still looks again well before its deadline, whatever
+/// the reply said (a holder's lease can be longer than the wait).
+pub(crate) struct Pace {
+    next_ms: AtomicU64,
+    longest: Duration,
+}
+
+impl Pace {
+    /// `wait_ms`: the waiter's wait in the queue.
+    pub(crate) fn new(wait_ms: i64) -> Pace {
+        Pace {
+            next_ms: AtomicU64::new(PACE.0),
+            longest: Duration::from_millis((wait_ms / 2).max(1) as u64),
+        }
+    }
+
+    /// Turns a busy attempt's wait into the next sleep.
+    pub(crate) fn pace<T>(&self, attempt: Attempt<T>) -> Attempt<T> {
+        match attempt {
+            Attempt::Busy { ttl: Some(ttl) } if !ttl.is_zero() => {
+                self.next_ms.store(PACE.0, Ordering::Relaxed);
+                Attempt::Busy {
+                    ttl: Some(ttl.min(self.longest)),
+                }
+            }
+            Attempt::Busy { .. } => {
+                let pause = self.next_ms.load(Ordering::Relaxed);
+                self.next_ms
+                    .store((pause * 2).min(PACE.1), Ordering::Relaxed);
+                Attempt::Busy {
+                    ttl: Some(Duration::from_millis(pause).min(self.longest)),
+                }
+            }
+            acquired => acquired,
+        }
+    }
+}
+
+/// How many times a release is sent when its reply is lost (the unlock latch makes
+/// resending safe).
+pub(crate) const RELEASE_SENDS: u32 = 3;
+
+/// The pause before resending a release for the `sent`-th time.
+pub(crate) fn release_resend_pause(sent: u32) -> Duration {
+    Duration::from_millis(100 * u64::from(sent))
+}
+
+/// When the watchdog tries again after a failed renewal of a lease that ends at `expires`:
+/// halfway there, but not sooner than 50 ms from `now`.
+pub(crate) fn renewal_retry(now: Instant, expires: Instant) -> Instant {
+    let halfway = now + expires.saturating_duration_since(now) / 2;
+    halfway.max(now + Duration::from_millis(50))
+}
+
+/// A duration drawn from `[low, high)` (the multi-lock's pause between rounds).
+pub(crate) fn between(low: Duration, high: Duration) -> Duration {
+    let span = u64::try_from(high.saturating_sub(low).as_millis())
+        .unwrap_or(u64::MAX)
+        .max(1);
+    low + Duration::from_millis(XorShift::seeded().below(span))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -259,8 +323,7 @@ mod tests {
     }
 
     #[test]
-    fn default_strategy_is_pub_sub_and_default_backoff_is_exponential() {
-        assert_eq!(WaitStrategy::default(), WaitStrategy::PubSub);
+    fn default_backoff_is_exponential() {
         assert_eq!(Backoff::default(), Backoff::exponential());
     }
 }

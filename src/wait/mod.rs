@@ -1,88 +1,68 @@
-//! The wait loop every lock kind shares (protocol §3.9, §3.10), and the cancellation rule
-//! that goes with it: a hold obtained after the caller gave up is released at once.
+//! Waiting: the wait loop every lock kind shares (protocol §3.9, §3.10), and how a waiter
+//! learns it may try again (pub/sub wake-ups, or spinning by a back-off, §8.1). Every
+//! pause between two tries lives in [`backoff`].
+
+pub(crate) mod backoff;
 
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use tokio::sync::futures::Notified;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use fred::types::Value;
-
-use crate::engine::{BoxFuture, Engine};
+use crate::attempt::Attempt;
+use crate::engine::Engine;
 use crate::error::{Error, Result};
 use crate::pubsub::Subscription;
-use crate::script::Script;
-use crate::wait::{Backoff, Delays};
+use crate::time::deadline_after;
+use backoff::{Delays, OUTAGE_BACKOFF, POLL_WITHOUT_MESSAGES};
 
-/// The outcome of one acquire script.
-pub(crate) enum Attempt<T> {
-    Acquired(T),
-    /// Someone else holds it; `ttl` is their remaining lease (`None`: the key never expires).
-    Busy {
-        ttl: Option<Duration>,
-    },
+pub use backoff::Backoff;
+
+/// How a waiting call (`lock`, `try_lock_for`) learns that it may try again.
+///
+/// Either way, a waiter only ever gets the lock by running the acquire script again, so
+/// the choice never affects exclusion, only latency and load.
+///
+/// # Default
+/// [`WaitStrategy::PubSub`], as Redisson's `RLock`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum WaitStrategy {
+    /// Subscribe to the lock's channel and try again when an unlock message arrives, or
+    /// when the holder's lease runs out. Quick to wake, one shared subscription per lock
+    /// name and client. A holder that frees the lock without publishing (a spin lock, a
+    /// crashed client, a plain `DEL`) is noticed only when its lease would have ended.
+    #[default]
+    PubSub,
+    /// Never subscribe: sleep by the back-off between attempts (never longer than the
+    /// holder's remaining lease, nor past the caller's deadline), as Redisson's `RSpinLock`.
+    /// Costs one script call per sleep, but needs no pub/sub at all and notices every
+    /// release within one back-off step, published or not.
+    Spin(Backoff),
 }
 
-impl<T> Attempt<T> {
-    /// Busy, with the wait a script reported: a PTTL (-1: the key never expires; -2: it
-    /// vanished meanwhile, so try again at once) or a fair waiter's estimate.
-    pub(crate) fn busy(ms: i64) -> Attempt<T> {
-        match ms {
-            ms if ms >= 0 => Attempt::Busy {
-                ttl: Some(Duration::from_millis(ms as u64)),
-            },
-            -2 => Attempt::Busy {
-                ttl: Some(Duration::ZERO),
-            },
-            _ => Attempt::Busy { ttl: None },
+/// How long an acquisition may wait.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Wait {
+    /// One attempt, no waiting.
+    Once,
+    /// Until the deadline; the duration is the whole wait it was made from (a fair waiter's
+    /// wait in the queue, as Redisson's `waitTime`).
+    Until(Instant, Duration),
+    Forever,
+}
+
+impl Wait {
+    /// A wait of at most `wait`; zero makes one attempt.
+    pub(crate) fn from_limit(wait: Duration) -> Result<Wait> {
+        if wait.is_zero() {
+            Ok(Wait::Once)
+        } else {
+            deadline_after(wait).map(|deadline| Wait::Until(deadline, wait))
         }
-    }
-}
-
-/// What an acquire script answered. Every `lua/*_acquire.lua` replies `{1, count}` (fenced:
-/// `{1, count, token}`) when it took or re-entered the hold, and `{0, ms}` when it did not.
-#[derive(Debug, PartialEq, Eq)]
-pub(crate) enum Reply {
-    Taken {
-        /// Count 1: the owner held nothing before, so this is a new hold, not a re-entry.
-        new_hold: bool,
-        token: Option<u64>,
-    },
-    /// Not taken; nothing was written. The holder's PTTL, or what the kind says instead.
-    Busy(i64),
-}
-
-impl Reply {
-    pub(crate) fn read(script: &'static Script, reply: Value) -> Result<Reply> {
-        if let Value::Array(items) = &reply {
-            match items.as_slice() {
-                [Value::Integer(1), Value::Integer(count)] if *count > 0 => {
-                    return Ok(Reply::Taken {
-                        new_hold: *count == 1,
-                        token: None,
-                    })
-                }
-                [Value::Integer(1), Value::Integer(count), Value::Integer(token)]
-                    if *count > 0 && *token > 0 =>
-                {
-                    return Ok(Reply::Taken {
-                        new_hold: *count == 1,
-                        token: Some(*token as u64),
-                    })
-                }
-                [Value::Integer(0), Value::Integer(ms)] => return Ok(Reply::Busy(*ms)),
-                _ => {}
-            }
-        }
-        Err(Error::UnexpectedReply {
-            script: script.name,
-            detail: format!("{reply:?}"),
-        })
     }
 }
 
@@ -95,19 +75,13 @@ pub(crate) enum Wake<'a> {
     Spin(Backoff),
 }
 
-/// How long a waiter sleeps between attempts when no unlock message can reach it (the key
-/// has no TTL, or subscribing failed).
-const POLL_WITHOUT_MESSAGES: Duration = Duration::from_millis(500);
-/// Back-off between attempts while Redis is unreachable during a wait.
-const OUTAGE_BACKOFF: (Duration, Duration) = (Duration::from_millis(50), Duration::from_secs(1));
-
 /// Takes a hold by Redisson's algorithm: try; subscribe to the channel of `wake`; then
 /// until `deadline`: try again, and wait for an unlock message or for the holder's lease to
 /// run out. A spinning waiter ([`Wake::Spin`]) never subscribes: it sleeps by its back-off
 /// (at most until the holder's lease runs out) between attempts, as Redisson's spin lock.
 ///
 /// `attempt` runs one acquire script; it must leave no hold behind when it is dropped
-/// mid-flight (see [`InFlight`]). Returns `Ok(None)` when `deadline` passed.
+/// mid-flight (see [`InFlight`](crate::attempt::InFlight)). Returns `Ok(None)` when `deadline` passed.
 ///
 /// A wake-up is never lost: a waiter woken by a message makes one more attempt even when its
 /// deadline has passed meanwhile, and one that ends without an attempt after the wake-up
@@ -292,112 +266,9 @@ fn spin_pause(delays: &mut Delays, ttl: Option<Duration>, deadline: Option<Insta
     pause
 }
 
-/// The instant a wait of `wait` from now ends, or an error when it cannot be represented.
-pub(crate) fn deadline_after(wait: Duration) -> Result<Instant> {
-    Instant::now().checked_add(wait).ok_or_else(|| {
-        Error::invalid("wait is too long to represent; use lock() to wait without a limit")
-    })
-}
-
-/// An acquire script on the wire. If the caller drops it before the reply arrives, the
-/// reply is awaited in the background and a hold it took is handed to `orphan`, which
-/// releases it. This keeps `tokio::time::timeout(lock.lock(..))` and `select!` safe.
-pub(crate) struct InFlight<T: Send + 'static> {
-    call: Option<BoxFuture<Result<Attempt<T>>>>,
-    orphan: Option<Box<dyn FnOnce(T) -> BoxFuture<()> + Send>>,
-}
-
-impl<T: Send + 'static> InFlight<T> {
-    pub(crate) fn new(
-        call: BoxFuture<Result<Attempt<T>>>,
-        orphan: impl FnOnce(T) -> BoxFuture<()> + Send + 'static,
-    ) -> Self {
-        InFlight {
-            call: Some(call),
-            orphan: Some(Box::new(orphan)),
-        }
-    }
-}
-
-impl<T: Send + 'static> Future for InFlight<T> {
-    type Output = Result<Attempt<T>>;
-
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let call = self
-            .call
-            .as_mut()
-            .expect("InFlight polled after completion");
-        let reply = std::task::ready!(call.as_mut().poll(cx));
-        self.call = None;
-        Poll::Ready(reply)
-    }
-}
-
-impl<T: Send + 'static> Unpin for InFlight<T> {}
-
-impl<T: Send + 'static> Drop for InFlight<T> {
-    fn drop(&mut self) {
-        let (Some(call), Some(orphan)) = (self.call.take(), self.orphan.take()) else {
-            return;
-        };
-        match tokio::runtime::Handle::try_current() {
-            Ok(runtime) => {
-                runtime.spawn(async move {
-                    if let Ok(Attempt::Acquired(hold)) = call.await {
-                        tracing::debug!("acquired after the caller gave up; releasing");
-                        orphan(hold).await;
-                    }
-                });
-            }
-            Err(_) => tracing::warn!(
-                "acquire dropped outside a Tokio runtime; a hold it may take expires with its lease"
-            ),
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::script::{FENCED_ACQUIRE, LOCK_ACQUIRE};
-
-    fn read(items: Vec<Value>) -> Option<Reply> {
-        Reply::read(&LOCK_ACQUIRE, Value::Array(items)).ok()
-    }
-
-    #[test]
-    fn reads_every_reply_shape_and_rejects_others() {
-        let taken = |new_hold, token| Some(Reply::Taken { new_hold, token });
-        assert_eq!(read(vec![1.into(), 1.into()]), taken(true, None));
-        assert_eq!(read(vec![1.into(), 3.into()]), taken(false, None));
-        assert_eq!(
-            read(vec![1.into(), 1.into(), 7.into()]),
-            taken(true, Some(7))
-        );
-        assert_eq!(read(vec![0.into(), 1500.into()]), Some(Reply::Busy(1500)));
-        assert_eq!(read(vec![0.into(), (-1).into()]), Some(Reply::Busy(-1)));
-        for bad in [
-            vec![1.into(), 0.into()],
-            vec![(-1).into(), 7.into()],
-            vec![1.into()],
-            vec![1.into(), 1.into(), 0.into()],
-        ] {
-            assert!(read(bad).is_none());
-        }
-        assert!(Reply::read(&FENCED_ACQUIRE, Value::Null).is_err());
-    }
-
-    #[test]
-    fn a_busy_reply_becomes_a_wait() {
-        let ttl = |ms| match Attempt::<()>::busy(ms) {
-            Attempt::Busy { ttl } => ttl,
-            Attempt::Acquired(()) => unreachable!(),
-        };
-        assert_eq!(ttl(1500), Some(Duration::from_millis(1500)));
-        assert_eq!(ttl(-2), Some(Duration::ZERO));
-        // A holder without a TTL: busy, with no end in sight.
-        assert_eq!(ttl(-1), None);
-    }
 
     #[test]
     fn registering_takes_a_stored_wake_up_and_stays_registered() {
@@ -429,5 +300,10 @@ mod tests {
             register(slot.as_mut(), &notify),
             "passed on to the next waiter"
         );
+    }
+
+    #[test]
+    fn default_strategy_is_pub_sub() {
+        assert_eq!(WaitStrategy::default(), WaitStrategy::PubSub);
     }
 }

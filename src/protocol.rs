@@ -1,0 +1,152 @@
+//! What the kind-agnostic core asks of a lock kind. The core (first attempt, subscribe,
+//! wait loop, cancellation, guard, release with resend, renewal) never looks at which kind
+//! it runs; each kind's file implements [`Protocol`]: its scripts' KEYS and ARGV, what their
+//! replies mean, the field it holds, the channel its waiters listen on and how it is
+//! renewed.
+
+use std::sync::Arc;
+
+use fred::error::Error as RedisError;
+use fred::interfaces::HashesInterface;
+use fred::types::Value;
+
+use crate::attempt::{Attempt, Reply, Taken};
+use crate::engine::Engine;
+use crate::error::{map_redis_error, Result};
+use crate::keys::LockKeys;
+use crate::owner::LockOwner;
+use crate::script::{BoxFuture, Call, Script};
+use crate::wait::backoff::Pace;
+use crate::wait::{Wait, WaitStrategy};
+use crate::watchdog::{HoldKey, Renew};
+
+/// One lock as the core sees it: the client it lives in, the name the user gave, the Redis
+/// names derived from it, and the kind that speaks its protocol.
+pub(crate) struct Target {
+    pub(crate) engine: Arc<Engine>,
+    /// The user's name (errors and logs name it).
+    pub(crate) name: Arc<str>,
+    pub(crate) keys: LockKeys,
+    pub(crate) kind: Box<dyn Protocol>,
+}
+
+impl Target {
+    /// The hold of `owner` as the registry of holds knows it.
+    pub(crate) fn hold_key(&self, owner: &LockOwner) -> HoldKey {
+        HoldKey {
+            key: self.keys.raw.clone(),
+            field: self.kind.field(owner),
+            renew: self.kind.renew(&self.keys),
+        }
+    }
+
+    /// The PUBLISH or SPUBLISH command the scripts must use.
+    pub(crate) fn publish(&self) -> Value {
+        Value::from(self.engine.publish_command())
+    }
+}
+
+/// A lock kind's protocol (see the module docs). Methods with a default serve every kind
+/// that keeps Redisson's `RLock` hash layout.
+pub(crate) trait Protocol: Send + Sync + 'static {
+    /// The hash field of `owner`'s holds (protocol §1).
+    fn field(&self, owner: &LockOwner) -> Arc<str> {
+        owner.field().clone()
+    }
+
+    /// How the watchdog renews a hold.
+    fn renew(&self, _keys: &LockKeys) -> Renew {
+        Renew::Field
+    }
+
+    /// The channel a waiter of `owner` listens on.
+    fn channel(&self, keys: &LockKeys, _owner: &LockOwner) -> Arc<str> {
+        keys.channel.clone()
+    }
+
+    /// How a new handle waits.
+    fn default_wait(&self) -> WaitStrategy {
+        WaitStrategy::PubSub
+    }
+
+    /// The script of one acquire attempt, within an acquisition that waits as `wait`.
+    fn acquire(&self, lock: &Target, owner: &LockOwner, lease_ms: i64, wait: Wait) -> Call;
+
+    /// Reads what `script` (this kind's acquire) answered.
+    fn read_acquire(
+        &self,
+        lock: &Target,
+        _owner: &LockOwner,
+        script: &'static Script,
+        reply: Result<Value, RedisError>,
+    ) -> Result<Attempt<Taken>> {
+        read_taken(lock, script, reply)
+    }
+
+    /// The script releasing one hold of `owner`; a partial release resets the TTL to
+    /// `lease_ms`; `latch` names the request's unlock latch (protocol §3.4).
+    fn release(&self, lock: &Target, owner: &LockOwner, lease_ms: i64, latch: &str) -> Call;
+
+    /// The script freeing the lock whoever holds it; it replies 1 when it freed something.
+    fn force_release(&self, lock: &Target) -> Call;
+
+    /// Whether anyone holds the lock in this kind's sense (a non-empty hash by default).
+    fn is_locked(&self, lock: &Target) -> BoxFuture<Result<bool>> {
+        let (redis, name, key) = (
+            lock.engine.redis.clone(),
+            lock.name.clone(),
+            lock.keys.raw.clone(),
+        );
+        Box::pin(async move {
+            // HLEN, not EXISTS: a key of another type is an error, as for `hold_count`.
+            let fields: i64 = redis
+                .hlen(&*key)
+                .await
+                .map_err(|e| map_redis_error(e, &name))?;
+            Ok(fields > 0)
+        })
+    }
+
+    /// For a kind whose waiters line up (the fair locks): takes `owner`'s place in the line
+    /// for an acquisition that waits as `wait` (never [`Wait::Once`]).
+    fn line_up(&self, _lock: &Arc<Target>, _owner: &LockOwner, _wait: Wait) -> Option<Place> {
+        None
+    }
+}
+
+/// A waiter's place in a line (see [`Protocol::line_up`]): how it paces its attempts, and
+/// what takes it out of the line when it gives up.
+pub(crate) struct Place {
+    pub(crate) pace: Pace,
+    /// Takes the waiter out of the line unless disarmed: at once when awaited, in the
+    /// background when dropped.
+    pub(crate) exit: Box<dyn Exit>,
+}
+
+/// Takes a waiter out of its line; dropping it does so in the background.
+pub(crate) trait Exit: Send {
+    /// The waiter got the lock, which took it out of the line.
+    fn disarm(self: Box<Self>);
+    /// The waiter gave up: leave now.
+    fn leave(self: Box<Self>) -> BoxFuture<()>;
+}
+
+/// Reads the acquire reply shape every kind's script shares (`lua/lock_acquire.lua`'s
+/// header).
+pub(crate) fn read_reply(
+    lock: &Target,
+    script: &'static Script,
+    reply: Result<Value, RedisError>,
+) -> Result<Reply> {
+    let reply = reply.map_err(|e| map_redis_error(e, &lock.name))?;
+    Reply::read(script, reply)
+}
+
+/// [`read_reply`], as the attempt it makes.
+pub(crate) fn read_taken(
+    lock: &Target,
+    script: &'static Script,
+    reply: Result<Value, RedisError>,
+) -> Result<Attempt<Taken>> {
+    read_reply(lock, script, reply).map(Reply::attempt)
+}

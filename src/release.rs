@@ -1,0 +1,88 @@
+//! Releasing one hold: the kind's release script, resent with the same request id when
+//! its reply is lost (the unlock latch replays the first outcome instead of releasing twice,
+//! protocol §3.4), and the registry of holds brought in line with the reply.
+
+use std::time::Duration;
+
+use crate::engine::Engine;
+use crate::error::Result;
+use crate::owner::LockOwner;
+use crate::protocol::Target;
+use crate::script::{nil_or_int, Call};
+use crate::wait::backoff::{release_resend_pause, RELEASE_SENDS};
+
+/// What a release did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Released {
+    NotHeld,
+    Partly,
+    Fully,
+}
+
+/// Who releases: a guard, which already gave up its part in the registry, or a release
+/// without a guard (`unlock(&owner)`, Java style), which ends one of the owner's holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum By {
+    Guard,
+    Owner,
+}
+
+/// How long a release's latch is kept: long enough for every resend of the release.
+pub(crate) fn latch_ttl(engine: &Engine) -> Duration {
+    (engine.settings.command_timeout + Duration::from_millis(500)) * RELEASE_SENDS
+        + Duration::from_secs(1)
+}
+
+/// Releases one hold of `owner` and brings the registry of holds in line with the reply.
+/// `generation`: the owner's entry when the release was sent. A partial release by a guard
+/// changes nothing more; one by the owner ends one hold of the entry. When the lock was
+/// freed or not held, that entry is forgotten (its other guards lose their hold with this
+/// one), never a newer one made by a later acquisition.
+pub(crate) async fn release_settled(
+    lock: &Target,
+    owner: &LockOwner,
+    lease_ms: i64,
+    generation: Option<u64>,
+    by: By,
+) -> Result<Released> {
+    let hold = lock.hold_key(owner);
+    let released = release(lock, owner, lease_ms).await?;
+    let watchdog = &lock.engine.watchdog;
+    match (released, by) {
+        (Released::Partly, By::Owner) => watchdog.release_one(&hold, generation),
+        (Released::Partly, By::Guard) => {}
+        (Released::Fully | Released::NotHeld, _) => watchdog.forget(&hold, generation),
+    }
+    Ok(released)
+}
+
+/// Runs the kind's release script, resending it with the same request id when the reply
+/// is lost.
+pub(crate) async fn release(lock: &Target, owner: &LockOwner, lease_ms: i64) -> Result<Released> {
+    let engine = &lock.engine;
+    let latch = lock.keys.unlock_latch(&engine.latches.request_id());
+    let Call { script, keys, args } = lock.kind.release(lock, owner, lease_ms, &latch);
+    let mut sent = 1;
+    let reply = loop {
+        let call = Call {
+            script,
+            keys: keys.clone(),
+            args: args.clone(),
+        };
+        match engine.run(call, &lock.name).await {
+            Err(error) if error.is_retryable() && sent < RELEASE_SENDS => {
+                tracing::debug!(%error, lock = %lock.name, "release failed; resending");
+                tokio::time::sleep(release_resend_pause(sent)).await;
+                sent += 1;
+            }
+            reply => break reply?,
+        }
+    };
+    // The latch only serves resends of this request.
+    engine.latches.answered(latch);
+    Ok(match nil_or_int(script, reply)? {
+        None => Released::NotHeld,
+        Some(0) => Released::Partly,
+        Some(_) => Released::Fully,
+    })
+}
