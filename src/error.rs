@@ -29,11 +29,11 @@ pub enum Error {
         owner: LockOwner,
     },
 
-    /// The key exists in Redis but is not a lock of this kind (for example a string or a
-    /// list stored under the lock's name).
-    #[error("key {name:?} exists but is not a lock hash")]
+    /// A key of the lock exists in Redis but holds another type (for example a string or a
+    /// list stored under the lock's name, its queue or its token).
+    #[error("lock {name:?}: a key of the lock holds another type")]
     WrongType {
-        /// The Redis key that holds the wrong type.
+        /// The lock's name as the caller gave it.
         name: String,
     },
 

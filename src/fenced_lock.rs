@@ -15,10 +15,10 @@ use crate::engine::Engine;
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
 use crate::handle::{exclusive_lock, Handle};
-use crate::lock::{release_call, Reentrant};
-use crate::owner::LockOwner;
 #[cfg(doc)]
 use crate::lock::Lock;
+use crate::lock::{release_call, Reentrant};
+use crate::owner::LockOwner;
 use crate::protocol::{read_taken, Protocol, Target};
 use crate::script::{Call, Script, FENCED_ACQUIRE};
 use crate::wait::Wait;

@@ -1,0 +1,159 @@
+//! The public surface is uniform: every exclusive kind offers the same methods with the same
+//! meaning, every guard its remaining lease, and errors name the lock as the user named it.
+
+mod support;
+
+use std::time::Duration;
+
+use redisson_lock::{Error, Lease, LockClient, MultiMember, WaitStrategy};
+use support::*;
+
+/// Runs the same calls on one handle of every exclusive kind, so a method missing on one
+/// kind fails to compile.
+macro_rules! on_every_exclusive_kind {
+    ($client:expr, $name:expr, |$lock:ident| $body:expr) => {{
+        let c: &LockClient = $client;
+        {
+            let $lock = c.lock(&format!("{}-plain", $name));
+            $body
+        }
+        {
+            let $lock = c.fair_lock(&format!("{}-fair", $name));
+            $body
+        }
+        {
+            let $lock = c.fenced_lock(&format!("{}-fenced", $name));
+            $body
+        }
+        {
+            let $lock = c.spin_lock(&format!("{}-spin", $name));
+            $body
+        }
+        {
+            let $lock = c.non_reentrant_lock(&format!("{}-nr", $name));
+            $body
+        }
+        {
+            let $lock = c.non_reentrant_fair_lock(&format!("{}-nrf", $name));
+            $body
+        }
+    }};
+}
+
+#[tokio::test]
+async fn every_exclusive_kind_offers_the_same_methods() {
+    let server = RedisServer::start();
+    let c = client(&server).await;
+    let (me, other) = (c.new_owner(), c.new_owner());
+    on_every_exclusive_kind!(&c, "uniform", |lock| {
+        let lock = lock
+            .with_lease(Lease::Fixed(Duration::from_secs(30)))
+            .with_wait_strategy(WaitStrategy::PubSub);
+        assert_eq!(lock.lease(), Lease::Fixed(Duration::from_secs(30)));
+        assert_eq!(lock.wait_strategy(), WaitStrategy::PubSub);
+        assert!(!lock.is_locked().await.unwrap(), "{}", lock.name());
+        assert_eq!(lock.remaining_lease().await.unwrap(), None);
+
+        let guard = lock.lock(&me).await.unwrap();
+        assert!(lock.is_locked().await.unwrap());
+        assert!(lock.is_held_by(&me).await.unwrap());
+        assert!(!lock.is_held_by(&other).await.unwrap());
+        assert_eq!(lock.hold_count(&me).await.unwrap(), 1);
+        let left = lock.remaining_lease().await.unwrap().unwrap();
+        assert!(left > Duration::from_secs(20) && left <= Duration::from_secs(30));
+        let guard_left = guard.remaining_lease().await.unwrap().unwrap();
+        assert!(guard_left > Duration::from_secs(20), "{}", lock.name());
+        assert!(lock.try_lock(&other).await.unwrap().is_none());
+        assert!(lock
+            .try_lock_for(&other, Duration::from_millis(50))
+            .await
+            .unwrap()
+            .is_none());
+        guard.unlock().await.unwrap();
+
+        // Java style: detach, then release by owner.
+        lock.try_lock(&me).await.unwrap().unwrap().detach();
+        lock.unlock(&me).await.unwrap();
+        assert!(matches!(lock.unlock(&me).await, Err(Error::NotHeld { .. })));
+
+        let guard = lock.lock(&other).await.unwrap();
+        assert!(lock.force_unlock().await.unwrap());
+        assert!(!lock.force_unlock().await.unwrap());
+        assert!(matches!(guard.unlock().await, Err(Error::NotHeld { .. })));
+    });
+}
+
+#[tokio::test]
+async fn read_write_guards_report_their_lease_and_either_mode_counts_as_locked() {
+    let server = RedisServer::start();
+    let c = client(&server).await;
+    let me = c.new_owner();
+    let lock = c
+        .read_write_lock("rw-uniform")
+        .with_lease(Lease::Fixed(Duration::from_secs(30)));
+    assert!(!lock.is_locked().await.unwrap());
+    let read = lock.read(&me).await.unwrap();
+    assert!(lock.is_locked().await.unwrap());
+    assert!(read.remaining_lease().await.unwrap().unwrap() > Duration::from_secs(20));
+    read.unlock().await.unwrap();
+    let write = lock.write(&me).await.unwrap();
+    assert!(lock.is_locked().await.unwrap());
+    assert!(write.remaining_lease().await.unwrap().unwrap() > Duration::from_secs(20));
+    write.unlock().await.unwrap();
+    assert!(!lock.is_locked().await.unwrap());
+}
+
+#[tokio::test]
+async fn a_multi_lock_takes_members_of_every_exclusive_kind() {
+    let server = RedisServer::start();
+    let c = client(&server).await;
+    let me = c.new_owner();
+    let rw = c.read_write_lock("m-rw");
+    let members: Vec<MultiMember> = vec![
+        c.lock("m-plain").into(),
+        c.fair_lock("m-fair").into(),
+        c.fenced_lock("m-fenced").into(),
+        c.spin_lock("m-spin").into(),
+        (&c.non_reentrant_lock("m-nr")).into(),
+        c.non_reentrant_fair_lock("m-nrf").into(),
+        MultiMember::write_side(&rw),
+    ];
+    let multi = c.multi_lock(members);
+    let guard = multi.lock(&me).await.unwrap();
+    assert_eq!(guard.held(), 7);
+    for name in [
+        "m-plain", "m-fair", "m-fenced", "m-spin", "m-nr", "m-nrf", "m-rw",
+    ] {
+        assert_eq!(server.command(&["EXISTS", name]), "1", "{name}");
+    }
+    guard.unlock().await.unwrap();
+    for name in [
+        "m-plain", "m-fair", "m-fenced", "m-spin", "m-nr", "m-nrf", "m-rw",
+    ] {
+        assert_eq!(server.command(&["EXISTS", name]), "0", "{name}");
+    }
+}
+
+#[tokio::test]
+async fn errors_name_the_lock_as_the_user_named_it() {
+    let server = RedisServer::start();
+    let c = client_with(&server, |b| b.name_prefix("app:")).await;
+    let me = c.new_owner();
+    server.command(&["SET", "app:taken-by-a-string", "x"]);
+    let lock = c.lock("taken-by-a-string");
+    for result in [
+        lock.try_lock(&me).await.map(drop),
+        lock.is_locked().await.map(drop),
+        lock.hold_count(&me).await.map(drop),
+    ] {
+        match result {
+            Err(Error::WrongType { name }) => assert_eq!(name, "taken-by-a-string"),
+            other => panic!("expected WrongType, got {other:?}"),
+        }
+    }
+    match c.lock("free").unlock(&me).await {
+        Err(Error::NotHeld { name, .. }) => assert_eq!(name, "free"),
+        other => panic!("expected NotHeld, got {other:?}"),
+    }
+    assert_eq!(server.command(&["GET", "app:taken-by-a-string"]), "x");
+}
