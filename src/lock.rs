@@ -25,7 +25,7 @@ use crate::LockOwner;
 // Fenced, spin and non-reentrant locks (protocol §7, §8).
 use crate::acquire::Wake;
 use crate::keys::NON_REENTRANT_REACQUIRE;
-use crate::script::{FENCED_ACQUIRE, SPIN_FORCE_RELEASE, SPIN_RELEASE};
+use crate::script::{FENCED_ACQUIRE, SPIN_FORCE_RELEASE};
 use crate::wait::WaitStrategy;
 
 /// A reentrant distributed lock, shared with Java's `RLock` of the same name.
@@ -623,23 +623,18 @@ impl Lock {
     fn release_call(&self, owner: &LockOwner, lease_ms: i64, latch: &str) -> Call {
         let latch_ttl = Value::from(crate::watchdog::millis(self.engine.latch_ttl()));
         match self.kind {
-            Kind::Spin => Call {
-                script: &SPIN_RELEASE,
-                keys: vec![key(&self.keys.raw), key(latch)],
-                args: vec![
-                    Value::from(lease_ms),
-                    Value::from(&**owner.field()),
-                    latch_ttl,
-                ],
-            },
-            Kind::Reentrant | Kind::Fenced => Call {
+            // A spin lock's waiters poll: its empty publish command publishes nothing.
+            Kind::Reentrant | Kind::Fenced | Kind::Spin => Call {
                 script: &LOCK_RELEASE,
                 keys: vec![key(&self.keys.raw), key(&self.keys.channel), key(latch)],
                 args: vec![
                     Value::from(UNLOCK_MESSAGE),
                     Value::from(lease_ms),
                     Value::from(&**owner.field()),
-                    Value::from(self.engine.publish_command()),
+                    Value::from(match self.kind {
+                        Kind::Spin => "",
+                        _ => self.engine.publish_command(),
+                    }),
                     latch_ttl,
                 ],
             },
