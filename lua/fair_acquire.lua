@@ -48,20 +48,7 @@ local key, queue, deadlines = KEYS[1], KEYS[2], KEYS[3]
 local lease, owner, join, refuse_reentry = valid_ms(ARGV[1]), ARGV[2], ARGV[5] == '1', ARGV[6]
 local wait, now = tonumber(ARGV[3]), tonumber(ARGV[4])
 
--- Waiters at the head whose deadline passed stopped asking: drop them. Only heads go;
--- the first head without a passed deadline (or without one at all) ends the purge.
-while true do
-    local head = redis.call('lindex', queue, 0)
-    if not head then
-        break
-    end
-    local deadline = redis.call('zscore', deadlines, head)
-    if not deadline or tonumber(deadline) > now then
-        break
-    end
-    redis.call('zrem', deadlines, head)
-    redis.call('lpop', queue)
-end
+purge_stale_heads(queue, deadlines, now)
 
 if redis.call('exists', key) == 0 then
     local head = redis.call('lindex', queue, 0)

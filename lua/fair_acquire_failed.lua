@@ -37,9 +37,6 @@ redis.call('zrem', deadlines, owner)
 redis.call('lrem', queue, 0, owner)
 
 if waiters[1] == owner and redis.call('exists', key) == 0 then
-    local head = redis.call('lindex', queue, 0)
-    if head then
-        redis.call(publish, channel_base .. ':' .. head, message)
-    end
+    tell_head(queue, channel_base, publish, message)
 end
 return nil

@@ -14,26 +14,9 @@
 local key, queue, deadlines, channel_base = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local message, now, publish = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 
--- Waiters at the head whose deadline passed stopped asking: drop them, so that the message
--- goes to a live one.
-while true do
-    local head = redis.call('lindex', queue, 0)
-    if not head then
-        break
-    end
-    local deadline = redis.call('zscore', deadlines, head)
-    if not deadline or tonumber(deadline) > now then
-        break
-    end
-    redis.call('zrem', deadlines, head)
-    redis.call('lpop', queue)
-end
-
+purge_stale_heads(queue, deadlines, now)
 if redis.call('del', key) == 0 then
     return 0
 end
-local head = redis.call('lindex', queue, 0)
-if head then
-    redis.call(publish, channel_base .. ':' .. head, message)
-end
+tell_head(queue, channel_base, publish, message)
 return 1

@@ -25,52 +25,22 @@
 local key, queue, deadlines, channel_base, latch = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local message, lease, owner = ARGV[1], valid_ms(ARGV[2]), ARGV[3]
 local now, publish, latch_ttl = tonumber(ARGV[4]), ARGV[5], valid_ms(ARGV[6])
-local NOT_HELD = 'none'
 
-local replayed = redis.call('get', latch)
+local replayed, reply = latch_replay(latch)
 if replayed then
-    if replayed == NOT_HELD then
-        return nil
-    end
-    return tonumber(replayed)
+    return reply
 end
-
--- Waiters at the head whose deadline passed stopped asking: drop them, so that the message
--- goes to a live one.
-while true do
-    local head = redis.call('lindex', queue, 0)
-    if not head then
-        break
-    end
-    local deadline = redis.call('zscore', deadlines, head)
-    if not deadline or tonumber(deadline) > now then
-        break
-    end
-    redis.call('zrem', deadlines, head)
-    redis.call('lpop', queue)
-end
-
-local function tell_head()
-    local head = redis.call('lindex', queue, 0)
-    if head then
-        redis.call(publish, channel_base .. ':' .. head, message)
-    end
-end
+purge_stale_heads(queue, deadlines, now)
 
 if redis.call('exists', key) == 0 then
-    tell_head()
-    redis.call('set', latch, NOT_HELD, 'px', latch_ttl)
+    tell_head(queue, channel_base, publish, message)
+    return latch_record(latch, latch_ttl, nil)
+end
+local released = release_hold(key, owner, lease)
+if released == nil then
     return nil
 end
-if redis.call('hexists', key, owner) == 0 then
-    return nil
+if released == 1 then
+    tell_head(queue, channel_base, publish, message)
 end
-if redis.call('hincrby', key, owner, -1) > 0 then
-    redis.call('pexpire', key, lease)
-    redis.call('set', latch, 0, 'px', latch_ttl)
-    return 0
-end
-redis.call('del', key)
-redis.call('set', latch, 1, 'px', latch_ttl)
-tell_head()
-return 1
+return latch_record(latch, latch_ttl, released)

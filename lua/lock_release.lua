@@ -1,4 +1,6 @@
--- Release one hold (RLock, fenced lock), with Redisson's unlock latch. Redisson protocol §3.4.
+-- Release one hold (RLock, fenced lock, spin lock), with Redisson's unlock latch. Redisson
+-- protocol §3.4; for the spin lock (§8.1) with an empty publish command, since its waiters
+-- poll.
 --
 -- KEYS[1]  lock hash <raw>
 -- KEYS[2]  unlock channel redisson_lock__channel:{<raw>}
@@ -6,32 +8,27 @@
 -- ARGV[1]  unlock message, always "0"
 -- ARGV[2]  lease in ms that a partial release resets the TTL to
 -- ARGV[3]  owner field <client uuid>:<owner id>
--- ARGV[4]  publish command, PUBLISH or SPUBLISH; empty to publish nothing (spin lock, §8.1)
+-- ARGV[4]  publish command, PUBLISH or SPUBLISH; empty to publish nothing (spin lock)
 -- ARGV[5]  latch TTL in ms
 --
 -- Reply: nil when the owner holds nothing (no latch is written);
---        0 when holds remain (re-entered); 1 when the lock was freed and the message published.
+--        0 when holds remain (re-entered); 1 when the lock was freed and the message
+--        published (unless ARGV[4] is empty).
 -- A retry with the same request id replays the first reply from the latch instead of
 -- releasing a second time.
 local key, channel, latch = KEYS[1], KEYS[2], KEYS[3]
 local message, lease, owner, publish = ARGV[1], valid_ms(ARGV[2]), ARGV[3], ARGV[4]
 local latch_ttl = valid_ms(ARGV[5])
 
-local replayed = redis.call('get', latch)
+local replayed, reply = latch_replay(latch)
 if replayed then
-    return tonumber(replayed)
+    return reply
 end
-if redis.call('hexists', key, owner) == 0 then
+local released = release_hold(key, owner, lease)
+if released == nil then
     return nil
 end
-if redis.call('hincrby', key, owner, -1) > 0 then
-    redis.call('pexpire', key, lease)
-    redis.call('set', latch, 0, 'px', latch_ttl)
-    return 0
-end
-redis.call('del', key)
-if publish ~= '' then
+if released == 1 and publish ~= '' then
     redis.call(publish, channel, message)
 end
-redis.call('set', latch, 1, 'px', latch_ttl)
-return 1
+return latch_record(latch, latch_ttl, released)

@@ -25,21 +25,16 @@
 -- replay 1; here the latch holds "none", which replays as nil. Other clients see the same.
 local key, channel, timeout_prefix, key_prefix, latch = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local message, owner, publish, latch_ttl = ARGV[1], ARGV[2], ARGV[3], valid_ms(ARGV[4])
-local NOT_HELD = 'none'
 
-local replayed = redis.call('get', latch)
+local replayed, reply = latch_replay(latch)
 if replayed then
-    if replayed == NOT_HELD then
-        return nil
-    end
-    return tonumber(replayed)
+    return reply
 end
 
 local mode = redis.call('hget', key, 'mode')
 if not mode then
     redis.call(publish, channel, message)
-    redis.call('set', latch, NOT_HELD, 'px', latch_ttl)
-    return nil
+    return latch_record(latch, latch_ttl, nil)
 end
 if redis.call('hexists', key, owner) == 0 then
     return nil
@@ -65,16 +60,13 @@ if redis.call('hlen', key) > 1 then
     end
     if longest > 0 then
         redis.call('pexpire', key, longest)
-        redis.call('set', latch, 0, 'px', latch_ttl)
-        return 0
+        return latch_record(latch, latch_ttl, 0)
     end
     if mode == 'write' then
-        redis.call('set', latch, 0, 'px', latch_ttl)
-        return 0
+        return latch_record(latch, latch_ttl, 0)
     end
 end
 
 redis.call('del', key)
 redis.call(publish, channel, message)
-redis.call('set', latch, 1, 'px', latch_ttl)
-return 1
+return latch_record(latch, latch_ttl, 1)

@@ -25,29 +25,22 @@
 local key, channel, latch = KEYS[1], KEYS[2], KEYS[3]
 local message, lease, write_owner, publish = ARGV[1], valid_ms(ARGV[2]), ARGV[3], ARGV[4]
 local latch_ttl = valid_ms(ARGV[5])
-local NOT_HELD = 'none'
 
-local replayed = redis.call('get', latch)
+local replayed, reply = latch_replay(latch)
 if replayed then
-    if replayed == NOT_HELD then
-        return nil
-    end
-    return tonumber(replayed)
+    return reply
 end
 
 local mode = redis.call('hget', key, 'mode')
 if not mode then
     redis.call(publish, channel, message)
-    redis.call('set', latch, NOT_HELD, 'px', latch_ttl)
-    return nil
+    return latch_record(latch, latch_ttl, nil)
 end
 if mode ~= 'write' or redis.call('hexists', key, write_owner) == 0 then
     return nil
 end
-if redis.call('hincrby', key, write_owner, -1) > 0 then
-    redis.call('pexpire', key, lease)
-    redis.call('set', latch, 0, 'px', latch_ttl)
-    return 0
+if drop_hold(key, write_owner, lease) > 0 then
+    return latch_record(latch, latch_ttl, 0)
 end
 redis.call('hdel', key, write_owner)
 if redis.call('hlen', key) == 1 then
@@ -56,5 +49,4 @@ else
     redis.call('hset', key, 'mode', 'read')
 end
 redis.call(publish, channel, message)
-redis.call('set', latch, 1, 'px', latch_ttl)
-return 1
+return latch_record(latch, latch_ttl, 1)

@@ -126,42 +126,51 @@ pub(crate) fn nil_or_int(script: &'static Script, reply: Value) -> Result<Option
     }
 }
 
-/// Lists the scripts: `NAME => "file"` embeds `lua/file.lua`; `NAME => "file" with "part"`
-/// puts the shared snippet `lua/part.lua` in front of it, so each rule of the protocol is
-/// written once.
+/// Lists the scripts: `NAME => "file"` embeds `lua/file.lua`; `NAME => "file" with "a", "b"`
+/// puts the shared snippets `lua/a.lua` then `lua/b.lua` in front of it, so each rule of the
+/// protocol is written once. A snippet only defines local functions and constants, taking
+/// what it needs as arguments (never KEYS or ARGV), so the parts may come in any order that
+/// puts a function after those it calls. `tests/support/mod.rs` reads these lines to
+/// assemble a script as sent here.
 macro_rules! scripts {
-    ($($ident:ident => $file:literal $(with $part:literal)?),* $(,)?) => {
+    ($($ident:ident => $file:literal $(with $($part:literal),+)?),* $(,)?) => {
         $(pub(crate) static $ident: Script = Script::new(
             $file,
             concat!(
-                $(include_str!(concat!("../lua/", $part, ".lua")),)?
+                $($(include_str!(concat!("../lua/", $part, ".lua")),)+)?
                 include_str!(concat!("../lua/", $file, ".lua"))
             ),
         );)*
 
+        /// Every script, with the parts it is assembled from: (name, text) of each snippet
+        /// in order, then the text of its own file.
         #[cfg(test)]
-        pub(crate) static ALL: &[&Script] = &[$(&$ident),*];
+        pub(crate) static ALL: &[(&Script, &[(&str, &str)], &str)] = &[$((
+            &$ident,
+            &[$($(($part, include_str!(concat!("../lua/", $part, ".lua")))),+)?],
+            include_str!(concat!("../lua/", $file, ".lua")),
+        )),*];
     };
 }
 
 scripts! {
     LOCK_ACQUIRE => "lock_acquire" with "common",
-    LOCK_RELEASE => "lock_release" with "common",
+    LOCK_RELEASE => "lock_release" with "common", "release",
     LOCK_FORCE_RELEASE => "lock_force_release",
     RENEW_BATCH => "renew_batch" with "common",
-    FAIR_ACQUIRE => "fair_acquire" with "common",
-    FAIR_ACQUIRE_FAILED => "fair_acquire_failed",
-    FAIR_RELEASE => "fair_release" with "common",
-    FAIR_FORCE_RELEASE => "fair_force_release",
+    FAIR_ACQUIRE => "fair_acquire" with "common", "fair_queue",
+    FAIR_ACQUIRE_FAILED => "fair_acquire_failed" with "fair_queue",
+    FAIR_RELEASE => "fair_release" with "common", "release", "fair_queue",
+    FAIR_FORCE_RELEASE => "fair_force_release" with "fair_queue",
     FENCED_ACQUIRE => "fenced_acquire" with "common",
     SPIN_FORCE_RELEASE => "spin_force_release",
     READ_ACQUIRE => "read_acquire" with "common",
-    READ_RELEASE => "read_release" with "common",
+    READ_RELEASE => "read_release" with "common", "release",
     READ_FORCE_RELEASE => "read_force_release",
     READ_RENEW_BATCH => "read_renew_batch" with "common",
     READ_LOCKED => "read_locked",
     WRITE_ACQUIRE => "write_acquire" with "common",
-    WRITE_RELEASE => "write_release" with "common",
+    WRITE_RELEASE => "write_release" with "common", "release",
     WRITE_FORCE_RELEASE => "write_force_release",
 }
 
@@ -169,18 +178,74 @@ scripts! {
 mod tests {
     use super::*;
 
+    /// The leading comment lines of a script file: its header.
+    fn header(file: &str) -> String {
+        let lines = file.lines().take_while(|line| line.starts_with("--"));
+        lines.collect::<Vec<_>>().join("\n")
+    }
+
     #[test]
     fn every_script_has_a_header_and_a_distinct_sha() {
         let mut shas = std::collections::HashSet::new();
-        for script in ALL {
-            assert!(script.lua.contains("-- KEYS"), "{} lacks KEYS", script.name);
+        for (script, _, file) in ALL {
+            // The header is the file's own, after whatever snippets come first.
+            let own = &script.lua[script.lua.len() - file.len()..];
+            assert_eq!(own, *file, "{} does not end with its file", script.name);
+            let header = header(own);
+            let body = &own[header.len()..];
+            for section in ["-- KEYS", "-- Reply"] {
+                assert!(header.contains(section), "{} lacks {section}", script.name);
+            }
+            // Every KEYS[n] and ARGV[n] the script reads is stated.
+            for table in ["KEYS[", "ARGV["] {
+                for (at, _) in body.match_indices(table) {
+                    let index = &body[at + table.len()..];
+                    let digits =
+                        index.len() - index.trim_start_matches(|c: char| c.is_ascii_digit()).len();
+                    if digits > 0 {
+                        let entry = format!("-- {table}{}]", &index[..digits]);
+                        assert!(header.contains(&entry), "{} lacks {entry}", script.name);
+                    }
+                }
+            }
+            assert_eq!(script.sha().len(), 40);
             assert!(
-                script.lua.contains("-- Reply"),
-                "{} lacks a reply contract",
+                shas.insert(script.sha().to_owned()),
+                "{} shares its SHA",
                 script.name
             );
-            assert_eq!(script.sha().len(), 40);
-            assert!(shas.insert(script.sha().to_owned()));
+        }
+    }
+
+    #[test]
+    fn a_script_with_parts_begins_with_them_in_order() {
+        for (script, parts, file) in ALL {
+            let prologue: String = parts.iter().map(|(_, text)| *text).collect();
+            assert!(script.lua.starts_with(&prologue), "{}", script.name);
+            assert_eq!(
+                script.lua.len(),
+                prologue.len() + file.len(),
+                "{}",
+                script.name
+            );
+        }
+    }
+
+    #[test]
+    fn snippets_take_what_they_use_as_arguments() {
+        // A snippet reads no KEYS or ARGV and runs nothing at load: it only defines, so a
+        // script's own header stays the whole contract.
+        for (script, parts, _) in ALL {
+            for (part, text) in *parts {
+                assert!(!text.contains("KEYS[") && !text.contains("ARGV["), "{part}");
+                for line in text.lines().filter(|line| !line.starts_with([' ', '-'])) {
+                    assert!(
+                        line.is_empty() || line == "end" || line.starts_with("local "),
+                        "{part} (in {}) runs code at load: {line}",
+                        script.name
+                    );
+                }
+            }
         }
     }
 }

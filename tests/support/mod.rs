@@ -49,12 +49,23 @@ pub async fn eventually(limit: Duration, what: &str, mut check: impl FnMut() -> 
     }
 }
 
-/// The script `lua/<name>.lua` as the crate sends it: the shared prologue first.
+/// The script `lua/<name>.lua` as the crate sends it: the shared snippets its line in
+/// `src/script.rs` lists (`NAME => "<name>" with "part", …`) first, in that order.
 pub fn lua(name: &str) -> String {
-    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/lua/");
-    let read = |file: &str| {
-        std::fs::read_to_string(format!("{dir}{file}.lua"))
-            .unwrap_or_else(|e| panic!("read lua/{file}.lua: {e}"))
+    let root = env!("CARGO_MANIFEST_DIR");
+    let read = |path: String| {
+        std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("read {path}: {e}"))
     };
-    read("common") + &read(name)
+    let list = read(format!("{root}/src/script.rs"));
+    let declared = format!("=> \"{name}\"");
+    let line = (list.lines())
+        .find(|line| !line.trim_start().starts_with("//") && line.contains(&declared))
+        .unwrap_or_else(|| panic!("src/script.rs declares no script {name}"));
+    let parts = line.split_once(" with ").map_or("", |(_, parts)| parts);
+    // The quoted names are every other piece between quotes.
+    let parts = parts.split('"').skip(1).step_by(2);
+    parts
+        .chain([name])
+        .map(|file| read(format!("{root}/lua/{file}.lua")))
+        .collect()
 }
