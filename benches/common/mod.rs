@@ -25,8 +25,16 @@ use tokio::sync::oneshot;
 
 pub use server::RedisServer;
 
-/// Redisson's acquire: the crate's own script (HINCRBY + PEXPIRE, or PTTL when busy).
-pub const ACQUIRE: &str = include_str!("../../lua/lock_acquire.lua");
+/// Redisson's acquire, bare: HINCRBY + PEXPIRE and nil when taken or re-entered, the
+/// holder's PTTL when busy.
+pub const ACQUIRE: &str = r#"
+if redis.call('exists', KEYS[1]) == 0 or redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
+    redis.call('hincrby', KEYS[1], ARGV[2], 1)
+    redis.call('pexpire', KEYS[1], ARGV[1])
+    return nil
+end
+return redis.call('pttl', KEYS[1])
+"#;
 /// Redisson's classic release, without this crate's unlock latch:
 /// HINCRBY -1, then PEXPIRE (still held) or DEL + PUBLISH (freed).
 pub const RELEASE: &str = r#"
