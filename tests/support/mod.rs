@@ -126,18 +126,26 @@ pub fn pttl(server: &RedisServer, key: &str) -> i64 {
     server.command(&["PTTL", key]).parse().unwrap()
 }
 
-/// How many times the server ran `command` (lower case) since it started or its last `CONFIG RESETSTAT`.
+/// How many times `command` (lower case) succeeded since the server started or its last `CONFIG RESETSTAT`.
 pub fn command_calls(server: &RedisServer, command: &str) -> u64 {
-    let prefix = format!("cmdstat_{command}:calls=");
-    server
-        .command(&["INFO", "commandstats"])
+    let prefix = format!("cmdstat_{command}:");
+    let stats = server.command(&["INFO", "commandstats"]);
+    let Some(line) = stats
         .lines()
         .find_map(|line| line.strip_prefix(prefix.as_str()))
-        .and_then(|rest| rest.split(',').next())
-        .map_or(0, |calls| calls.parse().unwrap())
+    else {
+        return 0;
+    };
+    // `calls` counts the failed ones too, such as an EVALSHA answered NOSCRIPT.
+    let field = |name: &str| -> u64 {
+        line.split(',')
+            .find_map(|pair| pair.strip_prefix(name)?.strip_prefix('='))
+            .map_or(0, |n| n.parse().unwrap())
+    };
+    field("calls") - field("failed_calls")
 }
 
-/// How many scripts the server ran by `EVALSHA` (every lock script is sent so).
+/// How many scripts the server ran by `EVALSHA` (every lock script is sent so), errors aside.
 pub fn evalsha_calls(server: &RedisServer) -> u64 {
     command_calls(server, "evalsha")
 }
