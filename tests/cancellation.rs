@@ -4,7 +4,6 @@ mod support;
 
 use std::time::Duration;
 
-use redisson_lock::Lease;
 use support::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -12,9 +11,7 @@ async fn dropping_uncontended_acquires_mid_flight_leaves_no_hold() {
     let server = RedisServer::start();
     let c = client(&server).await;
     // A long lease: only the release of an orphaned hold can free the lock in time.
-    let lock = c
-        .lock("cancel-free")
-        .with_lease(Lease::Fixed(Duration::from_secs(60)));
+    let lock = c.lock("cancel-free").with_lease(fixed(60_000));
     let mut acquired = 0;
     for i in 0..300 {
         let owner = c.new_owner();
@@ -49,7 +46,7 @@ async fn dropping_uncontended_acquires_mid_flight_leaves_no_hold() {
 async fn dropping_waiters_at_every_stage_leaves_no_hold_and_no_subscription() {
     let server = RedisServer::start();
     let (holder_client, waiter_client) = (client(&server).await, client(&server).await);
-    let long = Lease::Fixed(Duration::from_secs(60));
+    let long = fixed(60_000);
     let lock = holder_client.lock("cancel-busy").with_lease(long);
     let waiting = waiter_client.lock("cancel-busy").with_lease(long);
     let holder = holder_client.new_owner();
@@ -83,9 +80,7 @@ async fn dropping_waiters_at_every_stage_leaves_no_hold_and_no_subscription() {
 async fn timeout_around_lock_is_safe_while_the_lock_is_held() {
     let server = RedisServer::start();
     let c = client(&server).await;
-    let lock = c
-        .lock("cancel-timeout")
-        .with_lease(Lease::Fixed(Duration::from_secs(60)));
+    let lock = c.lock("cancel-timeout").with_lease(fixed(60_000));
     let guard = lock.lock(&c.new_owner()).await.unwrap();
     let waiter = c.new_owner();
     for _ in 0..5 {
@@ -108,9 +103,7 @@ async fn timeout_around_lock_is_safe_while_the_lock_is_held() {
 async fn a_reentrant_acquire_dropped_mid_flight_undoes_only_itself() {
     let server = RedisServer::start();
     let c = client(&server).await;
-    let lock = c
-        .lock("cancel-reentrant")
-        .with_lease(Lease::Fixed(Duration::from_secs(30)));
+    let lock = c.lock("cancel-reentrant").with_lease(fixed(30_000));
     let me = c.new_owner();
     let outer = lock.lock(&me).await.unwrap();
     for i in 0..100 {
@@ -151,9 +144,7 @@ async fn a_cancelled_unlock_still_releases_the_hold() {
     let c = client(&server).await;
     let me = c.new_owner();
     // A long lease: only the release itself can free the lock in time.
-    let lock = c
-        .lock("cancel-unlock")
-        .with_lease(Lease::Fixed(Duration::from_secs(60)));
+    let lock = c.lock("cancel-unlock").with_lease(fixed(60_000));
     let free = || server.command(&["EXISTS", "cancel-unlock"]) == "0";
 
     // Dropped before its first poll.

@@ -201,13 +201,7 @@ async fn a_waiter_rides_out_a_redis_restart_and_acquires() {
     let next = tokio::spawn(lock.lock(&c.new_owner()));
     waiting(&server, &lock_channel("restarted"), before + 2).await;
     guard.unlock().await.unwrap();
-    within(WAKE, "next", next)
-        .await
-        .unwrap()
-        .unwrap()
-        .unlock()
-        .await
-        .unwrap();
+    woken_and_released("next", next).await;
 }
 
 #[tokio::test]

@@ -8,7 +8,7 @@ mod support;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use redisson_lock::{Error, Lease, LockGuard, LockOwner};
+use redisson_lock::{Error, FairLock, LockClient, LockGuard, LockOwner};
 use support::*;
 
 /// The default `fair_wait_timeout` (Redisson's `fairLockWaitTimeout`), in ms.
@@ -77,6 +77,15 @@ fn enqueue_java(server: &RedisServer, name: &str, field: &str, deadline: i64) {
     server.command(&["ZADD", &timeouts_key(name), &deadline.to_string(), field]);
 }
 
+/// Takes `lock` for a new owner of `c` with a fixed 30 s lease, which nothing renews.
+async fn held_30_s(c: &LockClient, lock: &FairLock) -> LockGuard {
+    lock.clone()
+        .with_lease(fixed(30_000))
+        .lock(&c.new_owner())
+        .await
+        .unwrap()
+}
+
 async fn queue_reaches(server: &RedisServer, name: &str, len: usize) {
     eventually(Duration::from_secs(10), &format!("queue of {len}"), || {
         queued(server, name).len() == len
@@ -85,10 +94,7 @@ async fn queue_reaches(server: &RedisServer, name: &str, len: usize) {
 }
 
 /// Spawns `owner`'s `lock()`; the task returns the guard and when it was obtained (Unix ms).
-fn spawn_lock(
-    lock: &redisson_lock::FairLock,
-    owner: &LockOwner,
-) -> tokio::task::JoinHandle<(LockGuard, i64)> {
+fn spawn_lock(lock: &FairLock, owner: &LockOwner) -> tokio::task::JoinHandle<(LockGuard, i64)> {
     let acquire = lock.lock(owner);
     tokio::spawn(async move {
         let guard = acquire.await.expect("lock()");
@@ -140,13 +146,7 @@ async fn a_timed_out_waiter_leaves_at_once_and_moves_the_others_up() {
     let c = client(&server).await;
     let name = "gives-up";
     let lock = c.fair_lock(name);
-    let holder = c.new_owner();
-    let held = lock
-        .clone()
-        .with_lease(Lease::Fixed(Duration::from_secs(30)))
-        .lock(&holder)
-        .await
-        .unwrap();
+    let held = held_30_s(&c, &lock).await;
 
     // Long enough for the others to queue behind it on a loaded machine.
     const QUIT_WAIT_MS: i64 = 3_000;
@@ -202,13 +202,7 @@ async fn a_dropped_lock_future_leaves_the_queue_and_holds_nothing() {
     let c = client(&server).await;
     let name = "dropped";
     let lock = c.fair_lock(name);
-    let holder = c.new_owner();
-    let held = lock
-        .clone()
-        .with_lease(Lease::Fixed(Duration::from_secs(30)))
-        .lock(&holder)
-        .await
-        .unwrap();
+    let held = held_30_s(&c, &lock).await;
 
     let dropped = c.new_owner();
     let dropped_task = tokio::spawn(lock.lock(&dropped));
@@ -257,13 +251,7 @@ async fn a_head_that_leaves_a_free_lock_wakes_the_next_waiter() {
     let c = client(&server).await;
     let name = "head-leaves";
     let lock = c.fair_lock(name);
-    let holder = c.new_owner();
-    let held = lock
-        .clone()
-        .with_lease(Lease::Fixed(Duration::from_secs(30)))
-        .lock(&holder)
-        .await
-        .unwrap();
+    let held = held_30_s(&c, &lock).await;
     // A fixed lease: nothing renews, so the server's script count is the waiters' attempts.
     let before = evalsha_calls(&server);
     let head = c.new_owner();
@@ -296,13 +284,7 @@ async fn a_dead_waiter_ahead_delays_a_live_one_by_no_more_than_its_wait() {
     let c = client_with(&server, |b| b.fair_wait_timeout(10 * SECOND)).await;
     let name = "dead-waiter";
     let lock = c.fair_lock(name);
-    let holder = c.new_owner();
-    let held = lock
-        .clone()
-        .with_lease(Lease::Fixed(Duration::from_secs(30)))
-        .lock(&holder)
-        .await
-        .unwrap();
+    let held = held_30_s(&c, &lock).await;
 
     // What a Java waiter leaves behind when its process is killed while queued; far enough
     // ahead for the live waiter to queue behind it on a loaded machine.
@@ -369,13 +351,7 @@ async fn the_head_is_woken_on_its_own_channel_long_before_the_ttl() {
     let c = client(&server).await;
     let name = "handoff";
     let lock = c.fair_lock(name);
-    let holder = c.new_owner();
-    let held = lock
-        .clone()
-        .with_lease(Lease::Fixed(Duration::from_secs(30)))
-        .lock(&holder)
-        .await
-        .unwrap();
+    let held = held_30_s(&c, &lock).await;
 
     // A fixed lease: nothing renews, so the server's script count is the waiter's attempts.
     let before = evalsha_calls(&server);
@@ -476,9 +452,7 @@ async fn unlocks_tell_the_head_on_its_exact_channel_and_nobody_else() {
     let server = RedisServer::start();
     let c = client(&server).await;
     let name = "tells-head";
-    let lock = c
-        .fair_lock(name)
-        .with_lease(Lease::Fixed(Duration::from_secs(30)));
+    let lock = c.fair_lock(name).with_lease(fixed(30_000));
     let mut messages = Listener::pattern(&server, "redisson_lock__channel*").await;
     let me = c.new_owner();
 
@@ -536,9 +510,7 @@ async fn acquire_failed_moves_only_the_waiters_behind_up() {
     let server = RedisServer::start();
     let c = client_with(&server, |b| b.fair_wait_timeout(Duration::from_secs(5))).await;
     let name = "acquire-failed-drift";
-    let lock = c
-        .fair_lock(name)
-        .with_lease(Lease::Fixed(Duration::from_secs(30)));
+    let lock = c.fair_lock(name).with_lease(fixed(30_000));
     let owner = |id| LockOwner::from_parts(c.id(), id);
     let first = lock.try_lock(&owner(101)).await.unwrap().unwrap();
 
@@ -612,9 +584,7 @@ async fn deadlines_move_up_by_the_wait_of_each_waiter_that_acquires() {
     let server = RedisServer::start();
     let c = client_with(&server, |b| b.fair_wait_timeout(Duration::from_secs(5))).await;
     let name = "acquired-drift";
-    let lock = c
-        .fair_lock(name)
-        .with_lease(Lease::Fixed(Duration::from_secs(300)));
+    let lock = c.fair_lock(name).with_lease(fixed(300_000));
     let owner = |id| LockOwner::from_parts(c.id(), id);
     let first = lock.try_lock(&owner(101)).await.unwrap().unwrap();
     let t102 = spawn_lock(&lock, &owner(102));
@@ -681,9 +651,7 @@ async fn try_lock_never_joins_the_queue() {
     let server = RedisServer::start();
     let c = client_with(&server, |b| b.fair_wait_timeout(Duration::from_millis(100))).await;
     let name = "no-wait";
-    let lock = c
-        .fair_lock(name)
-        .with_lease(Lease::Fixed(Duration::from_millis(500)));
+    let lock = c.fair_lock(name).with_lease(fixed(500));
     let owner = |id| LockOwner::from_parts(c.id(), id);
 
     let first = lock.try_lock(&owner(101)).await.unwrap().unwrap();
@@ -732,9 +700,7 @@ async fn reentrancy_hold_count_and_is_locked() {
     let server = RedisServer::start();
     let c = client(&server).await;
     let name = "reentrant";
-    let lock = c
-        .fair_lock(name)
-        .with_lease(Lease::Fixed(Duration::from_secs(30)));
+    let lock = c.fair_lock(name).with_lease(fixed(30_000));
     let (me, other) = (c.new_owner(), c.new_owner());
     assert!(!lock.is_locked().await.unwrap());
     assert_eq!(lock.remaining_lease().await.unwrap(), None);
@@ -811,7 +777,7 @@ async fn a_queued_waiter_ends_during_a_write_pause_and_leaves_the_queue_after_it
     // look again, which the pause answers with timeouts.
     let holder = lock
         .clone()
-        .with_lease(Lease::Fixed(Duration::from_secs(3)))
+        .with_lease(fixed(3_000))
         .lock(&c.new_owner())
         .await
         .unwrap();

@@ -136,12 +136,7 @@ async fn a_guard_whose_fixed_lease_ran_out_leaves_the_owners_new_hold_alone() {
     let (me, other) = (c.new_owner(), c.new_owner());
     let lock = c.lock("expired-guard");
 
-    let old = lock
-        .clone()
-        .with_lease(Lease::Fixed(Duration::from_millis(500)))
-        .lock(&me)
-        .await
-        .unwrap();
+    let old = lock.clone().with_lease(fixed(500)).lock(&me).await.unwrap();
     within(5 * SECOND, "the lease running out", old.lease_lost()).await;
     eventually(Duration::from_secs(5), "the key expired", || {
         server.command(&["EXISTS", "expired-guard"]) == "0"
@@ -149,7 +144,7 @@ async fn a_guard_whose_fixed_lease_ran_out_leaves_the_owners_new_hold_alone() {
     .await;
     let new = lock
         .clone()
-        .with_lease(Lease::Fixed(Duration::from_secs(60)))
+        .with_lease(fixed(60_000))
         .lock(&me)
         .await
         .unwrap();
@@ -232,7 +227,7 @@ async fn a_new_acquisition_tells_the_guards_of_the_lost_hold() {
     let old = lock.lock(&me).await.unwrap();
     let fixed = lock
         .clone()
-        .with_lease(Lease::Fixed(Duration::from_secs(60)))
+        .with_lease(fixed(60_000))
         .lock(&me)
         .await
         .unwrap();
@@ -373,12 +368,7 @@ async fn a_shorter_fixed_reentry_never_cuts_a_watchdog_hold_short() {
     let lock = c.lock("short-inner");
 
     let outer = lock.lock(&me).await.unwrap();
-    let inner = lock
-        .clone()
-        .with_lease(Lease::Fixed(Duration::from_millis(200)))
-        .lock(&me)
-        .await
-        .unwrap();
+    let inner = lock.clone().with_lease(fixed(200)).lock(&me).await.unwrap();
     assert!(
         pttl(&server, "short-inner") > 20_000,
         "the re-entry kept the watchdog's TTL"
@@ -405,14 +395,8 @@ async fn a_partial_release_keeps_the_key_for_the_longest_fixed_hold() {
     let me = c.new_owner();
     for kind in KINDS.into_iter().filter(|k| k.reentrant()) {
         let name = format!("longest-{kind:?}");
-        let long = kind
-            .take(&c, &name, &me, Lease::Fixed(Duration::from_secs(60)))
-            .await
-            .unwrap();
-        let short = kind
-            .take(&c, &name, &me, Lease::Fixed(Duration::from_millis(200)))
-            .await
-            .unwrap();
+        let long = kind.take(&c, &name, &me, fixed(60_000)).await.unwrap();
+        let short = kind.take(&c, &name, &me, fixed(200)).await.unwrap();
         short.unlock().await.unwrap();
         let ttl = pttl(&server, &name);
         assert!(

@@ -3,9 +3,6 @@
 
 mod support;
 
-use std::time::Duration;
-
-use redisson_lock::Lease;
 use support::*;
 
 #[tokio::test]
@@ -33,8 +30,7 @@ async fn a_hold_written_by_java_excludes_us_and_its_unlock_message_wakes_us() {
         "1"
     );
     // Woken by the message, not the 30 s TTL.
-    let guard = within(WAKE, "waiter", waiter).await.unwrap().unwrap();
-    guard.unlock().await.unwrap();
+    woken_and_released("waiter", waiter).await;
 }
 
 #[tokio::test]
@@ -77,9 +73,7 @@ async fn our_hold_looks_exactly_like_redissons() {
         "no other key while holding"
     );
 
-    let fixed = c
-        .lock("orders")
-        .with_lease(Lease::Fixed(Duration::from_secs(10)));
+    let fixed = c.lock("orders").with_lease(fixed(10_000));
     let g = fixed.lock(&me).await.unwrap();
     let ttl = pttl(&server, "orders");
     assert!((5_000..=10_000).contains(&ttl), "{ttl}");

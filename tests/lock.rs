@@ -139,9 +139,7 @@ async fn partial_unlock_resets_the_fixed_lease() {
     let server = RedisServer::start();
     let c = client(&server).await;
     let me = c.new_owner();
-    let lock = c
-        .lock("ttl")
-        .with_lease(Lease::Fixed(Duration::from_secs(10)));
+    let lock = c.lock("ttl").with_lease(fixed(10_000));
     let g1 = lock.lock(&me).await.unwrap();
     let g2 = lock.lock(&me).await.unwrap();
     let g3 = lock.lock(&me).await.unwrap();
@@ -186,8 +184,7 @@ async fn waiter_wakes_on_unlock_long_before_the_ttl() {
     let waiter = tokio::spawn(lock_b.lock(&b.new_owner()));
     waiting(&server, &lock_channel("wake"), before + 2).await;
     holder.unlock().await.unwrap();
-    let guard = within(WAKE, "woken waiter", waiter).await.unwrap().unwrap();
-    guard.unlock().await.unwrap();
+    woken_and_released("woken waiter", waiter).await;
     // The last waiter gone, the channel is unsubscribed.
     eventually(5 * SECOND, "unsubscribed", || no_channels(&server)).await;
 }

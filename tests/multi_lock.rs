@@ -4,7 +4,7 @@ mod support;
 
 use std::time::Duration;
 
-use redisson_lock::{Lease, LockClient, MultiLock, MultiMember, RedLock};
+use redisson_lock::{LockClient, MultiLock, MultiMember, RedLock};
 use support::*;
 
 async fn servers(n: usize) -> (Vec<RedisServer>, Vec<LockClient>) {
@@ -40,7 +40,7 @@ async fn a_partial_acquisition_is_rolled_back() {
     // The member on the last server is held by someone else for a long time.
     let blocker = clients[2]
         .lock("part")
-        .with_lease(Lease::Fixed(Duration::from_secs(60)))
+        .with_lease(fixed(60_000))
         .lock(&clients[2].new_owner())
         .await
         .unwrap();
@@ -160,8 +160,7 @@ async fn overlapping_multi_locks_never_deadlock_and_exclude() {
 #[tokio::test]
 async fn dropping_a_multi_lock_future_leaves_no_member_held() {
     let (servers, clients) = servers(3).await;
-    let multi = MultiLock::new(clients.iter().map(|c| c.lock("drop")))
-        .with_lease(Lease::Fixed(Duration::from_secs(60)));
+    let multi = MultiLock::new(clients.iter().map(|c| c.lock("drop"))).with_lease(fixed(60_000));
     for i in 0..60 {
         let me = clients[0].new_owner();
         if let Ok(guard) = tokio::time::timeout(spread(i, 1_500), multi.lock(&me)).await {
@@ -242,8 +241,7 @@ async fn a_redlock_held_on_three_keeps_its_quorum_when_one_server_dies() {
 #[tokio::test]
 async fn a_redlock_with_a_fixed_lease_reports_its_validity() {
     let (_servers, clients) = servers(3).await;
-    let red = RedLock::new(clients.iter().map(|c| c.lock("valid")))
-        .with_lease(Lease::Fixed(Duration::from_secs(30)));
+    let red = RedLock::new(clients.iter().map(|c| c.lock("valid"))).with_lease(fixed(30_000));
     let guard = red.lock(&clients[0].new_owner()).await.unwrap();
     let validity = guard.validity().unwrap();
     // The lease less the acquisition time and the drift allowance (1% + 2 ms).

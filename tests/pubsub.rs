@@ -6,7 +6,7 @@ mod support;
 use std::time::{Duration, Instant};
 
 use fred::prelude::*;
-use redisson_lock::{Lease, LockClient};
+use redisson_lock::LockClient;
 use support::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -56,8 +56,7 @@ async fn a_lagging_receiver_wakes_every_waiter_and_keeps_listening() {
 
     // Still listening: the real unlock message wakes it long before the 60 s lease.
     holder.unlock().await.unwrap();
-    let guard = within(WAKE, "waiter", waiter).await.unwrap().unwrap();
-    guard.unlock().await.unwrap();
+    woken_and_released("waiter", waiter).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -140,13 +139,7 @@ async fn a_channel_lingers_briefly_so_a_returning_waiter_skips_subscribing() {
         waiting(&server, &lock_channel("linger"), 1 + 2).await;
         assert_eq!(command_calls(&server, "subscribe"), 1);
         held.unlock().await.unwrap();
-        within(WAKE, "the waiter", pending)
-            .await
-            .unwrap()
-            .unwrap()
-            .unlock()
-            .await
-            .unwrap();
+        woken_and_released("the waiter", pending).await;
 
         // Round two, within the linger: the subscription is reused, no SUBSCRIBE is sent,
         // and the waiter is still woken by the unlock message.
@@ -157,13 +150,7 @@ async fn a_channel_lingers_briefly_so_a_returning_waiter_skips_subscribing() {
         scripts_reach(&server, before + 2).await;
         let lingered = command_calls(&server, "unsubscribe") == 0;
         held.unlock().await.unwrap();
-        within(WAKE, "the returning waiter", pending)
-            .await
-            .unwrap()
-            .unwrap()
-            .unlock()
-            .await
-            .unwrap();
+        woken_and_released("the returning waiter", pending).await;
         if lingered {
             assert_eq!(
                 command_calls(&server, "subscribe"),
@@ -198,7 +185,7 @@ async fn a_timed_waiter_woken_at_its_deadline_does_not_swallow_the_wake_up() {
     let name = "swallowed-wake";
     let held = holding
         .lock(name)
-        .with_lease(Lease::Fixed(Duration::from_secs(60)))
+        .with_lease(fixed(60_000))
         .lock(&holding.new_owner())
         .await
         .unwrap();

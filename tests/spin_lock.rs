@@ -47,13 +47,7 @@ async fn a_spin_lock_and_a_plain_lock_exclude_each_other() {
     let waiter = tokio::spawn(spin.lock(&a));
     scripts_reach(&server, before + 2).await;
     guard.unlock().await.unwrap();
-    within(WAKE, "spin waiter", waiter)
-        .await
-        .unwrap()
-        .unwrap()
-        .unlock()
-        .await
-        .unwrap();
+    woken_and_released("spin waiter", waiter).await;
     assert!(!plain.is_locked().await.unwrap());
 }
 

@@ -128,13 +128,7 @@ async fn a_rediss_url_locks_over_tls() {
     let waiter = tokio::spawn(lock.lock(&client.new_owner()));
     subscribed(&server, &lock_channel("over-tls")).await;
     guard.unlock().await.unwrap();
-    within(WAKE, "waiter", waiter)
-        .await
-        .unwrap()
-        .unwrap()
-        .unlock()
-        .await
-        .unwrap();
+    woken_and_released("waiter", waiter).await;
     client.shutdown().await;
 
     // A plain-text server behind a rediss:// URL is an error, not a silent downgrade.

@@ -66,9 +66,9 @@ impl<'a> Listener<'a> {
         }
     }
 
-    /// Fails if anything was published to the lock channels before this call and not yet
-    /// read: the server delivers a marker published now after all of it.
+    /// Fails if anything published to the lock channels before this call is still unread.
     pub async fn no_more(&mut self) {
+        // The server delivers a marker published now after all of that.
         static MARKER: AtomicU64 = AtomicU64::new(0);
         let marker = MARKER.fetch_add(1, Ordering::Relaxed).to_string();
         self.server.command(&["PUBLISH", MARKERS, &marker]);

@@ -11,14 +11,14 @@ use std::time::Duration;
 use fred::prelude::KeysInterface;
 #[allow(unused_imports)] // Not every test binary listens.
 pub use listener::Listener;
-use redisson_lock::{Lease, LockClient, LockClientBuilder, LockOwner};
+use redisson_lock::{Lease, LockClient, LockClientBuilder, LockGuard, LockOwner};
 pub use server::RedisServer;
 use tokio::task::JoinHandle;
 
 /// One second, for limits written as multiples of it.
 pub const SECOND: Duration = Duration::from_secs(1);
 
-/// How long a waiter woken by a message may take on a loaded machine; a test bounding a wake-up by it keeps every other way to get the lock (a lease running out, a deadline) 30 s or more away.
+/// How long a woken waiter may take on a loaded machine; tests keep every other way in 30 s away.
 pub const WAKE: Duration = Duration::from_secs(5);
 
 macro_rules! java_client {
@@ -38,7 +38,7 @@ pub fn java_owner(thread: u64) -> String {
     format!("{JAVA_CLIENT}:{thread}")
 }
 
-/// Java thread `thread` of [`JAVA_CLIENT`] as an owner, to act for it (the expert escape hatch).
+/// Java thread `thread` of [`JAVA_CLIENT`] as an owner, to act for it.
 pub fn java_lock_owner(thread: u64) -> LockOwner {
     LockOwner::from_parts(JAVA_CLIENT.parse().unwrap(), thread)
 }
@@ -63,7 +63,7 @@ pub async fn client_with(
         .expect("connect to the test server")
 }
 
-/// A client with Redisson's 30 s watchdog: its holds outlive any test unless released, and it renews only every 10 s.
+/// A client with a 30 s watchdog: holds outlive the test unless released; renewals every 10 s.
 pub async fn long_watchdog_client(server: &RedisServer) -> LockClient {
     client_with(server, |b| b.watchdog_timeout(Duration::from_secs(30))).await
 }
@@ -86,6 +86,12 @@ pub async fn within<T>(limit: Duration, what: &str, future: impl Future<Output =
     }
 }
 
+/// Awaits a spawned acquisition for at most [`WAKE`] and releases the hold it took.
+pub async fn woken_and_released(what: &str, waiter: JoinHandle<redisson_lock::Result<LockGuard>>) {
+    let guard = within(WAKE, what, waiter).await.unwrap().unwrap();
+    guard.unlock().await.unwrap();
+}
+
 /// Awaits every task, failing the test if they take longer than `limit` together.
 pub async fn all_finish<T>(limit: Duration, what: &str, tasks: Vec<JoinHandle<T>>) -> Vec<T> {
     within(limit, what, async {
@@ -98,8 +104,7 @@ pub async fn all_finish<T>(limit: Duration, what: &str, tasks: Vec<JoinHandle<T>
     .await
 }
 
-/// Polls `check` (a cheap query, not a synchronisation point) until it holds or `limit`
-/// passes; for conditions that only Redis's clock makes true, like a TTL running out.
+/// Polls a cheap query until it holds, for what only Redis's clock makes true (a TTL running out).
 pub async fn eventually(limit: Duration, what: &str, mut check: impl FnMut() -> bool) {
     let start = std::time::Instant::now();
     while !check() {
@@ -110,7 +115,7 @@ pub async fn eventually(limit: Duration, what: &str, mut check: impl FnMut() -> 
     }
 }
 
-/// Adds one to the integer at `key` by a read-modify-write that loses updates unless the caller holds a lock.
+/// Adds one to the counter at `key` by a read-modify-write that loses updates without a lock.
 pub async fn racy_increment(client: &LockClient, key: &str) {
     let value: Option<i64> = client.redis().get(key).await.unwrap();
     tokio::task::yield_now().await;
@@ -126,7 +131,7 @@ pub fn pttl(server: &RedisServer, key: &str) -> i64 {
     server.command(&["PTTL", key]).parse().unwrap()
 }
 
-/// How many times `command` (lower case) succeeded since the server started or its last `CONFIG RESETSTAT`.
+/// How often `command` (lower case) succeeded since the server started or the last RESETSTAT.
 pub fn command_calls(server: &RedisServer, command: &str) -> u64 {
     let prefix = format!("cmdstat_{command}:");
     let stats = server.command(&["INFO", "commandstats"]);
@@ -145,7 +150,7 @@ pub fn command_calls(server: &RedisServer, command: &str) -> u64 {
     field("calls") - field("failed_calls")
 }
 
-/// How many scripts the server ran by `EVALSHA` (every lock script is sent so), errors aside.
+/// How many lock scripts (all sent by `EVALSHA`) the server ran without an error.
 pub fn evalsha_calls(server: &RedisServer) -> u64 {
     command_calls(server, "evalsha")
 }
@@ -184,11 +189,11 @@ pub async fn scripts_reach(server: &RedisServer, calls: u64) {
     .await;
 }
 
-/// Waits until waiters on `channel` really wait: the server lists the subscription and has
-/// run `calls` scripts, that is the [`evalsha_calls`] from before the waiters started plus two
-/// a waiter (its first attempt, and its attempt after subscribing, which follows its
-/// registration for wake-ups). Exact only while no watchdog renews anything meanwhile.
+/// Waits until waiters on `channel` wait: subscribed, and `calls` scripts run (2 a waiter).
 pub async fn waiting(server: &RedisServer, channel: &str, calls: u64) {
+    // `calls` is an `evalsha_calls` reading from before the waiters started plus two a
+    // waiter: its first attempt, and its attempt after subscribing, made once it is
+    // registered for wake-ups. Exact only while no watchdog renews anything meanwhile.
     subscribed(server, channel).await;
     scripts_reach(server, calls).await;
 }
