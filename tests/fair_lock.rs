@@ -373,7 +373,10 @@ async fn the_head_is_woken_on_its_own_channel_long_before_the_ttl() {
     guard.unlock().await.unwrap();
     assert_no_queue(&server, name);
     // The waiter's subscription is dropped with its wait.
-    eventually(5 * SECOND, "unsubscribed", || c.subscribed_channels() == 0).await;
+    eventually(5 * SECOND, "unsubscribed", || {
+        c.subscribed_channels() == 0 && no_channels(&server)
+    })
+    .await;
 }
 
 #[tokio::test]
