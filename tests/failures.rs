@@ -4,7 +4,6 @@
 mod support;
 
 use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use redisson_lock::{Error, LockClient};
@@ -253,19 +252,7 @@ async fn holder_process() {
 #[tokio::test]
 async fn a_holder_killed_with_sigkill_frees_the_lock_after_the_watchdog_timeout() {
     let server = RedisServer::start();
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "holder_process",
-            "--exact",
-            "--ignored",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env("REDISSON_LOCK_HOLDER_URL", server.url())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut child = spawn_test_process("holder_process", "REDISSON_LOCK_HOLDER_URL", &server);
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
     let owner = loop {
         let line = lines.next().expect("the holder said nothing").unwrap();
@@ -278,6 +265,11 @@ async fn a_holder_killed_with_sigkill_frees_the_lock_after_the_watchdog_timeout(
     tokio::time::sleep(Duration::from_millis(1500)).await;
     assert_eq!(server.command(&["HGET", "killed", &owner]), "1");
 
+    // Right after a renewal, so the lease has most of its 900 ms left at the kill.
+    eventually(5 * SECOND, "a fresh renewal", || {
+        pttl(&server, "killed") > 700
+    })
+    .await;
     child.kill().unwrap(); // SIGKILL: no unlock, no goodbye
     child.wait().unwrap();
     let killed = Instant::now();

@@ -333,22 +333,9 @@ async fn token_taker_process() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tokens_strictly_increase_across_processes() {
     use std::io::{BufRead, BufReader};
-    use std::process::{Command, Stdio};
 
     let server = RedisServer::start();
-    let child = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "token_taker_process",
-            "--exact",
-            "--ignored",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env("REDISSON_LOCK_TOKEN_URL", server.url())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let child = spawn_test_process("token_taker_process", "REDISSON_LOCK_TOKEN_URL", &server);
     // This process takes its own 20 holds while the child takes its 20.
     let client = LockClient::connect(&server.url()).await.unwrap();
     let lock = client.fenced_lock("cross-process");

@@ -939,14 +939,14 @@ async fn another_readers_unlock_shrinks_the_ttl_to_the_remaining_reader() {
     let name = "rrw";
     let lock = c.read_write_lock(name);
     const A_LEASE: Duration = Duration::from_secs(4);
+    // a is never released; its lease ends on the server between the two instants below.
     let taking_a = Instant::now();
     let a = lock
         .clone()
         .with_lease(Lease::Fixed(A_LEASE))
         .read(&c.new_owner())
         .await
-        .unwrap(); // never released
-                   // a's lease ends on the server between these two instants.
+        .unwrap();
     let (a_ends_first, a_ends_last) = (taking_a + A_LEASE, Instant::now() + A_LEASE);
     // Time passing is the scenario: a's remaining lease gets shorter than b's.
     tokio::time::sleep(SECOND).await;

@@ -198,6 +198,23 @@ pub async fn waiting(server: &RedisServer, channel: &str, calls: u64) {
     scripts_reach(server, calls).await;
 }
 
+/// Runs this binary's ignored test `test` in a child process, `var` set to the server's URL.
+pub fn spawn_test_process(test: &str, var: &str, server: &RedisServer) -> std::process::Child {
+    std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            test,
+            "--exact",
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(var, server.url())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
 /// The script `lua/<name>.lua` as the crate sends it: the shared prologue first.
 pub fn lua(name: &str) -> String {
     let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/lua/");
