@@ -4,22 +4,14 @@ mod support;
 
 use std::time::Duration;
 
-use redisson_lock::Lease;
 use support::*;
-
-/// A cheap deterministic spread of delays (no RNG dependency needed).
-fn spread(i: u64, max_micros: u64) -> Duration {
-    Duration::from_micros(i.wrapping_mul(2_654_435_761) % max_micros)
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dropping_uncontended_acquires_mid_flight_leaves_no_hold() {
     let server = RedisServer::start();
     let c = client(&server).await;
     // A long lease: only the release of an orphaned hold can free the lock in time.
-    let lock = c
-        .lock("cancel-free")
-        .with_lease(Lease::Fixed(Duration::from_secs(60)));
+    let lock = c.lock("cancel-free").with_lease(fixed(60_000));
     let mut acquired = 0;
     for i in 0..300 {
         let owner = c.new_owner();
@@ -54,7 +46,7 @@ async fn dropping_uncontended_acquires_mid_flight_leaves_no_hold() {
 async fn dropping_waiters_at_every_stage_leaves_no_hold_and_no_subscription() {
     let server = RedisServer::start();
     let (holder_client, waiter_client) = (client(&server).await, client(&server).await);
-    let long = Lease::Fixed(Duration::from_secs(60));
+    let long = fixed(60_000);
     let lock = holder_client.lock("cancel-busy").with_lease(long);
     let waiting = waiter_client.lock("cancel-busy").with_lease(long);
     let holder = holder_client.new_owner();
@@ -77,8 +69,7 @@ async fn dropping_waiters_at_every_stage_leaves_no_hold_and_no_subscription() {
     })
     .await;
     eventually(Duration::from_secs(5), "no stray subscription", || {
-        waiter_client.subscribed_channels() == 0
-            && server.command(&["PUBSUB", "CHANNELS"]).is_empty()
+        waiter_client.subscribed_channels() == 0 && no_channels(&server)
     })
     .await;
     assert_eq!(waiter_client.renewed_holds(), 0);
@@ -89,9 +80,7 @@ async fn dropping_waiters_at_every_stage_leaves_no_hold_and_no_subscription() {
 async fn timeout_around_lock_is_safe_while_the_lock_is_held() {
     let server = RedisServer::start();
     let c = client(&server).await;
-    let lock = c
-        .lock("cancel-timeout")
-        .with_lease(Lease::Fixed(Duration::from_secs(60)));
+    let lock = c.lock("cancel-timeout").with_lease(fixed(60_000));
     let guard = lock.lock(&c.new_owner()).await.unwrap();
     let waiter = c.new_owner();
     for _ in 0..5 {
@@ -103,8 +92,8 @@ async fn timeout_around_lock_is_safe_while_the_lock_is_held() {
     }
     assert!(!lock.is_held_by(&waiter).await.unwrap());
     guard.unlock().await.unwrap();
-    eventually(Duration::from_secs(2), "unsubscribed", || {
-        c.subscribed_channels() == 0
+    eventually(Duration::from_secs(5), "unsubscribed", || {
+        c.subscribed_channels() == 0 && no_channels(&server)
     })
     .await;
     assert!(!lock.is_locked().await.unwrap());
@@ -114,9 +103,7 @@ async fn timeout_around_lock_is_safe_while_the_lock_is_held() {
 async fn a_reentrant_acquire_dropped_mid_flight_undoes_only_itself() {
     let server = RedisServer::start();
     let c = client(&server).await;
-    let lock = c
-        .lock("cancel-reentrant")
-        .with_lease(Lease::Fixed(Duration::from_secs(30)));
+    let lock = c.lock("cancel-reentrant").with_lease(fixed(30_000));
     let me = c.new_owner();
     let outer = lock.lock(&me).await.unwrap();
     for i in 0..100 {
@@ -157,9 +144,7 @@ async fn a_cancelled_unlock_still_releases_the_hold() {
     let c = client(&server).await;
     let me = c.new_owner();
     // A long lease: only the release itself can free the lock in time.
-    let lock = c
-        .lock("cancel-unlock")
-        .with_lease(Lease::Fixed(Duration::from_secs(60)));
+    let lock = c.lock("cancel-unlock").with_lease(fixed(60_000));
     let free = || server.command(&["EXISTS", "cancel-unlock"]) == "0";
 
     // Dropped before its first poll.

@@ -8,22 +8,13 @@ mod support;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use fred::clients::SubscriberClient;
-use fred::prelude::*;
-use fred::types::Message;
-use redisson_lock::{Error, Lease, LockGuard, LockOwner};
+use fred::interfaces::ClientLike;
+use fred::types::Value;
+use redisson_lock::{Error, FairLock, LockClient, LockGuard, LockOwner};
 use support::*;
-use tokio::sync::broadcast;
 
-/// The client id of a Java `RedissonClient`; `<JAVA_CLIENT>:<thread id>` is a Java owner.
-const JAVA_CLIENT: &str = "8c1e3f0a-5b7d-4e2a-9f61-2d4c7b9e0a13";
 /// The default `fair_wait_timeout` (Redisson's `fairLockWaitTimeout`), in ms.
 const DEFAULT_WAIT_MS: i64 = 300_000;
-const SECOND: Duration = Duration::from_secs(1);
-
-fn java_owner(thread: u32) -> String {
-    format!("{JAVA_CLIENT}:{thread}")
-}
 
 fn queue_key(name: &str) -> String {
     format!("redisson_lock_queue:{{{name}}}")
@@ -88,68 +79,29 @@ fn enqueue_java(server: &RedisServer, name: &str, field: &str, deadline: i64) {
     server.command(&["ZADD", &timeouts_key(name), &deadline.to_string(), field]);
 }
 
+/// Takes `lock` for a new owner of `c` with a fixed 30 s lease, which nothing renews.
+async fn held_30_s(c: &LockClient, lock: &FairLock) -> LockGuard {
+    lock.clone()
+        .with_lease(fixed(30_000))
+        .lock(&c.new_owner())
+        .await
+        .unwrap()
+}
+
 async fn queue_reaches(server: &RedisServer, name: &str, len: usize) {
-    eventually(Duration::from_secs(5), &format!("queue of {len}"), || {
+    eventually(Duration::from_secs(10), &format!("queue of {len}"), || {
         queued(server, name).len() == len
     })
     .await;
 }
 
-async fn subscribed(server: &RedisServer, channel: &str) {
-    eventually(Duration::from_secs(5), "subscription", || {
-        server
-            .command(&["PUBSUB", "NUMSUB", channel])
-            .ends_with("\n1")
-    })
-    .await;
-}
-
-/// Spawns `owner`'s `lock()`; the task returns the guard and when it was obtained.
-fn spawn_lock(
-    lock: &redisson_lock::FairLock,
-    owner: &LockOwner,
-) -> tokio::task::JoinHandle<(LockGuard, Instant, i64)> {
+/// Spawns `owner`'s `lock()`; the task returns the guard and when it was obtained (Unix ms).
+fn spawn_lock(lock: &FairLock, owner: &LockOwner) -> tokio::task::JoinHandle<(LockGuard, i64)> {
     let acquire = lock.lock(owner);
     tokio::spawn(async move {
         let guard = acquire.await.expect("lock()");
-        (guard, Instant::now(), now_ms())
+        (guard, now_ms())
     })
-}
-
-/// A raw subscriber to every lock channel, standing in for Java clients' listeners.
-async fn listener(server: &RedisServer) -> (SubscriberClient, broadcast::Receiver<Message>) {
-    let config = Config::from_url(&server.url()).unwrap();
-    let subscriber = Builder::from_config(config)
-        .build_subscriber_client()
-        .unwrap();
-    subscriber.init().await.unwrap();
-    let messages = subscriber.message_rx();
-    subscriber
-        .psubscribe("redisson_lock__channel*")
-        .await
-        .unwrap();
-    let _: Value = subscriber.ping(None).await.unwrap();
-    (subscriber, messages)
-}
-
-/// The next message: its channel and payload.
-async fn next_message(messages: &mut broadcast::Receiver<Message>) -> (String, String) {
-    let message = within(SECOND, "a lock message", messages.recv())
-        .await
-        .unwrap();
-    (
-        message.channel.to_string(),
-        message.value.as_string().unwrap_or_default(),
-    )
-}
-
-async fn no_more_messages(messages: &mut broadcast::Receiver<Message>) {
-    if let Ok(message) = tokio::time::timeout(Duration::from_millis(200), messages.recv()).await {
-        panic!(
-            "unexpected message {:?}",
-            message.map(|m| (m.channel, m.value))
-        );
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -196,17 +148,14 @@ async fn a_timed_out_waiter_leaves_at_once_and_moves_the_others_up() {
     let c = client(&server).await;
     let name = "gives-up";
     let lock = c.fair_lock(name);
-    let holder = c.new_owner();
-    let held = lock
-        .clone()
-        .with_lease(Lease::Fixed(Duration::from_secs(30)))
-        .lock(&holder)
-        .await
-        .unwrap();
+    let held = held_30_s(&c, &lock).await;
 
+    // Long enough for the others to queue behind it on a loaded machine.
+    const QUIT_WAIT_MS: i64 = 3_000;
     let quitter = c.new_owner();
     let started = Instant::now();
-    let quitting = tokio::spawn(lock.try_lock_for(&quitter, Duration::from_millis(700)));
+    let quit_wait = Duration::from_millis(QUIT_WAIT_MS as u64);
+    let quitting = tokio::spawn(lock.try_lock_for(&quitter, quit_wait));
     queue_reaches(&server, name, 1).await;
     let next = c.new_owner();
     let next_task = spawn_lock(&lock, &next);
@@ -223,34 +172,28 @@ async fn a_timed_out_waiter_leaves_at_once_and_moves_the_others_up() {
         deadline_of(&server, name, &last),
     );
     let ahead = q - now_ms();
-    assert!((29_000..=30_700).contains(&ahead), "{ahead}");
+    assert!((25_000..=30_000 + QUIT_WAIT_MS).contains(&ahead), "{ahead}");
     assert_eq!(n - q, DEFAULT_WAIT_MS);
     assert_eq!(l - n, DEFAULT_WAIT_MS);
 
-    let result = within(Duration::from_secs(3), "timed-out waiter", quitting)
+    let result = within(10 * SECOND, "timed-out waiter", quitting)
         .await
         .unwrap()
         .unwrap();
     assert!(result.is_none());
-    assert!(started.elapsed() >= Duration::from_millis(700));
+    assert!(started.elapsed() >= quit_wait);
     // Already gone when try_lock_for returns, and the others moved up by its wait.
     assert_eq!(queued(&server, name), [next.to_string(), last.to_string()]);
     assert_eq!(deadline(&server, name, &quitter.to_string()), None);
-    assert_eq!(deadline_of(&server, name, &next), n - 700);
-    assert_eq!(deadline_of(&server, name, &last), l - 700);
+    assert_eq!(deadline_of(&server, name, &next), n - QUIT_WAIT_MS);
+    assert_eq!(deadline_of(&server, name, &last), l - QUIT_WAIT_MS);
 
     // The next waiter is not held up by the one that left (whose deadline is 30 s away).
-    let released = Instant::now();
+    subscribed(&server, &waiter_channel(name, &next.to_string())).await;
     held.unlock().await.unwrap();
-    let (guard, acquired, _) = within(Duration::from_secs(2), "next waiter", next_task)
-        .await
-        .unwrap();
-    let handoff = acquired.saturating_duration_since(released);
-    assert!(handoff < Duration::from_millis(150), "{handoff:?}");
+    let (guard, _) = within(WAKE, "next waiter", next_task).await.unwrap();
     guard.unlock().await.unwrap();
-    let (guard, _, _) = within(Duration::from_secs(2), "last waiter", last_task)
-        .await
-        .unwrap();
+    let (guard, _) = within(WAKE, "last waiter", last_task).await.unwrap();
     guard.unlock().await.unwrap();
     assert_no_queue(&server, name);
 }
@@ -261,13 +204,7 @@ async fn a_dropped_lock_future_leaves_the_queue_and_holds_nothing() {
     let c = client(&server).await;
     let name = "dropped";
     let lock = c.fair_lock(name);
-    let holder = c.new_owner();
-    let held = lock
-        .clone()
-        .with_lease(Lease::Fixed(Duration::from_secs(30)))
-        .lock(&holder)
-        .await
-        .unwrap();
+    let held = held_30_s(&c, &lock).await;
 
     let dropped = c.new_owner();
     let dropped_task = tokio::spawn(lock.lock(&dropped));
@@ -279,7 +216,7 @@ async fn a_dropped_lock_future_leaves_the_queue_and_holds_nothing() {
 
     dropped_task.abort();
     assert!(dropped_task.await.unwrap_err().is_cancelled());
-    eventually(SECOND, "the dropped waiter leaving", || {
+    eventually(5 * SECOND, "the dropped waiter leaving", || {
         queued(&server, name) == [behind.to_string()]
     })
     .await;
@@ -292,19 +229,15 @@ async fn a_dropped_lock_future_leaves_the_queue_and_holds_nothing() {
     );
 
     // Otherwise the one behind would wait up to 5 min for the dropped waiter's deadline.
-    let released = Instant::now();
+    subscribed(&server, &waiter_channel(name, &behind.to_string())).await;
     held.unlock().await.unwrap();
-    let (guard, acquired, _) = within(Duration::from_secs(2), "waiter behind", behind_task)
-        .await
-        .unwrap();
-    let handoff = acquired.saturating_duration_since(released);
-    assert!(handoff < Duration::from_millis(150), "{handoff:?}");
+    let (guard, _) = within(WAKE, "waiter behind", behind_task).await.unwrap();
     assert_eq!(lock.hold_count(&dropped).await.unwrap(), 0);
 
     // The same through tokio::time::timeout.
     let timed_out = tokio::time::timeout(Duration::from_millis(300), lock.lock(&dropped)).await;
     assert!(timed_out.is_err());
-    eventually(SECOND, "the timed-out waiter leaving", || {
+    eventually(5 * SECOND, "the timed-out waiter leaving", || {
         queued(&server, name).is_empty() && timeouts_len(&server, name) == 0
     })
     .await;
@@ -320,32 +253,28 @@ async fn a_head_that_leaves_a_free_lock_wakes_the_next_waiter() {
     let c = client(&server).await;
     let name = "head-leaves";
     let lock = c.fair_lock(name);
-    let holder = c.new_owner();
-    let held = lock
-        .clone()
-        .with_lease(Lease::Fixed(Duration::from_secs(30)))
-        .lock(&holder)
-        .await
-        .unwrap();
+    let held = held_30_s(&c, &lock).await;
+    // A fixed lease: nothing renews, so the server's script count is the waiters' attempts.
+    let before = evalsha_calls(&server);
     let head = c.new_owner();
     let head_task = tokio::spawn(lock.lock(&head));
     queue_reaches(&server, name, 1).await;
     let next = c.new_owner();
     let next_task = spawn_lock(&lock, &next);
     queue_reaches(&server, name, 2).await;
-    subscribed(&server, &waiter_channel(name, &next.to_string())).await;
+    waiting(
+        &server,
+        &waiter_channel(name, &next.to_string()),
+        before + 4,
+    )
+    .await;
 
     // The hold vanishes without a message (its lease ran out), then the head gives up
     // before its 30 s timer: leaving must tell the next waiter.
     held.detach();
     server.command(&["DEL", name]);
-    let left = Instant::now();
     head_task.abort();
-    let (guard, acquired, _) = within(Duration::from_secs(2), "next waiter", next_task)
-        .await
-        .unwrap();
-    let delay = acquired.saturating_duration_since(left);
-    assert!(delay < Duration::from_millis(200), "{delay:?}");
+    let (guard, _) = within(WAKE, "next waiter", next_task).await.unwrap();
     guard.unlock().await.unwrap();
     assert_no_queue(&server, name);
 }
@@ -353,40 +282,34 @@ async fn a_head_that_leaves_a_free_lock_wakes_the_next_waiter() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_dead_waiter_ahead_delays_a_live_one_by_no_more_than_its_wait() {
     let server = RedisServer::start();
-    let c = client_with(&server, |b| b.fair_wait_timeout(SECOND)).await;
+    // A long wait: the live waiter's own deadline is 10 s past the dead one's.
+    let c = client_with(&server, |b| b.fair_wait_timeout(10 * SECOND)).await;
     let name = "dead-waiter";
     let lock = c.fair_lock(name);
-    let holder = c.new_owner();
-    let held = lock
-        .clone()
-        .with_lease(Lease::Fixed(Duration::from_secs(30)))
-        .lock(&holder)
-        .await
-        .unwrap();
+    let held = held_30_s(&c, &lock).await;
 
-    // What a Java waiter leaves behind when its process is killed while queued.
+    // What a Java waiter leaves behind when its process is killed while queued; far enough
+    // ahead for the live waiter to queue behind it on a loaded machine.
     let dead = java_owner(13);
-    let dead_deadline = now_ms() + 1_000;
+    let dead_deadline = now_ms() + 3_000;
     enqueue_java(&server, name, &dead, dead_deadline);
     let live = c.new_owner();
     let live_task = spawn_lock(&lock, &live);
     queue_reaches(&server, name, 2).await;
     assert_eq!(queued(&server, name), [dead.clone(), live.to_string()]);
     // Chained on the dead waiter's deadline, with the builder's wait.
-    assert_eq!(deadline_of(&server, name, &live), dead_deadline + 1_000);
+    assert_eq!(deadline_of(&server, name, &live), dead_deadline + 10_000);
 
     // The unlock tells the dead head, not the live waiter.
     held.unlock().await.unwrap();
-    let (guard, _, acquired_ms) = within(Duration::from_secs(3), "live waiter", live_task)
-        .await
-        .unwrap();
+    let (guard, acquired_ms) = within(20 * SECOND, "live waiter", live_task).await.unwrap();
     assert!(
         acquired_ms >= dead_deadline,
         "took the lock {} ms before the dead waiter's deadline",
         dead_deadline - acquired_ms
     );
     assert!(
-        acquired_ms <= dead_deadline + 250,
+        acquired_ms <= dead_deadline + 3_000,
         "held up {} ms past the dead waiter's deadline",
         acquired_ms - dead_deadline
     );
@@ -394,20 +317,11 @@ async fn a_dead_waiter_ahead_delays_a_live_one_by_no_more_than_its_wait() {
     guard.unlock().await.unwrap();
 }
 
-/// How many scripts the server ran by EVALSHA so far.
-fn evalsha_calls(server: &RedisServer) -> u64 {
-    let stats = server.command(&["INFO", "commandstats"]);
-    stats
-        .lines()
-        .find_map(|line| line.strip_prefix("cmdstat_evalsha:calls="))
-        .and_then(|rest| rest.split(',').next())
-        .map_or(0, |calls| calls.parse().unwrap())
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn waiting_behind_a_dead_head_on_a_free_lock_backs_off_instead_of_spinning() {
     let server = RedisServer::start();
-    let c = client_with(&server, |b| b.fair_wait_timeout(SECOND)).await;
+    // A long wait: the live waiter's own deadline is 10 s past the dead one's.
+    let c = client_with(&server, |b| b.fair_wait_timeout(10 * SECOND)).await;
     let name = "dead-head-free-lock";
     let lock = c.fair_lock(name);
     let dead = java_owner(14);
@@ -416,17 +330,13 @@ async fn waiting_behind_a_dead_head_on_a_free_lock_backs_off_instead_of_spinning
 
     let before = evalsha_calls(&server);
     let live = c.new_owner();
-    let (guard, _, acquired_ms) = within(
-        Duration::from_secs(3),
-        "live waiter",
-        spawn_lock(&lock, &live),
-    )
-    .await
-    .unwrap();
+    let (guard, acquired_ms) = within(20 * SECOND, "live waiter", spawn_lock(&lock, &live))
+        .await
+        .unwrap();
     let calls = evalsha_calls(&server) - before;
     assert!(acquired_ms >= dead_deadline);
     assert!(
-        acquired_ms <= dead_deadline + 150,
+        acquired_ms <= dead_deadline + 3_000,
         "held up {} ms past the dead waiter's deadline",
         acquired_ms - dead_deadline
     );
@@ -443,39 +353,32 @@ async fn the_head_is_woken_on_its_own_channel_long_before_the_ttl() {
     let c = client(&server).await;
     let name = "handoff";
     let lock = c.fair_lock(name);
-    let holder = c.new_owner();
-    let held = lock
-        .clone()
-        .with_lease(Lease::Fixed(Duration::from_secs(30)))
-        .lock(&holder)
-        .await
-        .unwrap();
+    let held = held_30_s(&c, &lock).await;
 
+    // A fixed lease: nothing renews, so the server's script count is the waiter's attempts.
+    let before = evalsha_calls(&server);
     let waiter = c.new_owner();
-    let waiting = spawn_lock(&lock, &waiter);
+    let pending = spawn_lock(&lock, &waiter);
     queue_reaches(&server, name, 1).await;
-    subscribed(&server, &waiter_channel(name, &waiter.to_string())).await;
+    waiting(
+        &server,
+        &waiter_channel(name, &waiter.to_string()),
+        before + 2,
+    )
+    .await;
     // Only its own channel: the shared one is for plain locks.
-    assert!(server
-        .command(&[
-            "PUBSUB",
-            "NUMSUB",
-            &format!("redisson_lock__channel:{{{name}}}")
-        ])
-        .ends_with("\n0"));
+    assert_eq!(subscribers(&server, &lock_channel(name)), 0);
 
-    let released = Instant::now();
     held.unlock().await.unwrap();
-    let (guard, acquired, _) = within(Duration::from_secs(5), "waiter", waiting)
-        .await
-        .unwrap();
-    let handoff = acquired.saturating_duration_since(released);
-    assert!(handoff < Duration::from_millis(200), "{handoff:?}");
+    let (guard, _) = within(WAKE, "waiter", pending).await.unwrap();
     assert!(lock.is_held_by(guard.owner()).await.unwrap());
     guard.unlock().await.unwrap();
     assert_no_queue(&server, name);
     // The waiter's subscription is dropped with its wait.
-    eventually(SECOND, "unsubscribed", || c.subscribed_channels() == 0).await;
+    eventually(5 * SECOND, "unsubscribed", || {
+        c.subscribed_channels() == 0 && no_channels(&server)
+    })
+    .await;
 }
 
 #[tokio::test]
@@ -501,8 +404,8 @@ async fn a_hold_written_by_java_excludes_us() {
     assert_no_queue(&server, name);
     assert!(matches!(lock.unlock(&me).await, Err(Error::NotHeld { .. })));
     assert_eq!(server.command(&["HGET", name, &java]), "1");
-    let pttl: i64 = server.command(&["PTTL", name]).parse().unwrap();
-    assert!(pttl > 25_000, "{pttl}");
+    let ttl = pttl(&server, name);
+    assert!(ttl > 20_000, "{ttl}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -534,22 +437,17 @@ async fn a_java_waiter_ahead_is_honoured_and_a_java_unlock_message_wakes_us() {
     server.command(&["HSET", name, &java, "1"]);
     server.command(&["PEXPIRE", name, "30000"]);
 
-    let waiting = spawn_lock(&lock, &me);
+    // Nothing renews: the server's script count is the waiter's attempts.
+    let before = evalsha_calls(&server);
+    let pending = spawn_lock(&lock, &me);
     queue_reaches(&server, name, 1).await;
     let my_channel = waiter_channel(name, &me.to_string());
-    subscribed(&server, &my_channel).await;
+    waiting(&server, &my_channel, before + 2).await;
     // Redisson's release: the hash goes, "0" goes to the head's own channel.
-    let released = Instant::now();
     server.command(&["DEL", name]);
     assert_eq!(server.command(&["PUBLISH", &my_channel, "0"]), "1");
-    let (guard, acquired, _) = within(Duration::from_secs(2), "waiter", waiting)
-        .await
-        .unwrap();
-    let handoff = acquired.saturating_duration_since(released);
-    assert!(
-        handoff < Duration::from_millis(200),
-        "{handoff:?}: not the 30 s TTL"
-    );
+    // Woken by the message, not the 30 s TTL.
+    let (guard, _) = within(WAKE, "waiter", pending).await.unwrap();
     guard.unlock().await.unwrap();
     assert_no_queue(&server, name);
 }
@@ -559,10 +457,8 @@ async fn unlocks_tell_the_head_on_its_exact_channel_and_nobody_else() {
     let server = RedisServer::start();
     let c = client(&server).await;
     let name = "tells-head";
-    let lock = c
-        .fair_lock(name)
-        .with_lease(Lease::Fixed(Duration::from_secs(30)));
-    let (_listener, mut messages) = listener(&server).await;
+    let lock = c.fair_lock(name).with_lease(fixed(30_000));
+    let mut messages = Listener::pattern(&server, "redisson_lock__channel*").await;
     let me = c.new_owner();
 
     // A full release tells the head, a Java waiter, on its own channel.
@@ -576,12 +472,12 @@ async fn unlocks_tell_the_head_on_its_exact_channel_and_nobody_else() {
     assert_eq!(lock.hold_count(&me).await.unwrap(), 1);
     guard.unlock().await.unwrap();
     assert_eq!(
-        next_message(&mut messages).await,
+        messages.next().await,
         (waiter_channel(name, &first), "0".to_owned())
     );
     // Nothing for the partial release, nothing for the second waiter, nothing on the
     // shared channel.
-    no_more_messages(&mut messages).await;
+    messages.no_more().await;
 
     // The first Java waiter takes the lock; force_unlock tells the next head.
     server.command(&["LPOP", &queue_key(name)]);
@@ -590,11 +486,11 @@ async fn unlocks_tell_the_head_on_its_exact_channel_and_nobody_else() {
     server.command(&["PEXPIRE", name, "30000"]);
     assert!(lock.force_unlock().await.unwrap());
     assert_eq!(
-        next_message(&mut messages).await,
+        messages.next().await,
         (waiter_channel(name, &second), "0".to_owned())
     );
     assert!(!lock.force_unlock().await.unwrap());
-    no_more_messages(&mut messages).await;
+    messages.no_more().await;
 
     // Our deliberate difference from Java: unlocking a hold that is gone is an error, but
     // the head is told all the same (and the queue is untouched).
@@ -604,11 +500,11 @@ async fn unlocks_tell_the_head_on_its_exact_channel_and_nobody_else() {
     server.command(&["DEL", name]);
     assert!(matches!(guard.unlock().await, Err(Error::NotHeld { .. })));
     assert_eq!(
-        next_message(&mut messages).await,
+        messages.next().await,
         (waiter_channel(name, &first), "0".to_owned())
     );
     assert_eq!(queued(&server, name), std::slice::from_ref(&first));
-    no_more_messages(&mut messages).await;
+    messages.no_more().await;
 }
 
 // Ports of RedissonFairLockTest (protocol §11.4).
@@ -619,9 +515,7 @@ async fn acquire_failed_moves_only_the_waiters_behind_up() {
     let server = RedisServer::start();
     let c = client_with(&server, |b| b.fair_wait_timeout(Duration::from_secs(5))).await;
     let name = "acquire-failed-drift";
-    let lock = c
-        .fair_lock(name)
-        .with_lease(Lease::Fixed(Duration::from_secs(30)));
+    let lock = c.fair_lock(name).with_lease(fixed(30_000));
     let owner = |id| LockOwner::from_parts(c.id(), id);
     let first = lock.try_lock(&owner(101)).await.unwrap().unwrap();
 
@@ -639,7 +533,7 @@ async fn acquire_failed_moves_only_the_waiters_behind_up() {
         let expected = 35_000 + 5_000 * i as i64;
         let ahead = deadline - now;
         assert!(
-            (expected - 1_000..=expected).contains(&ahead),
+            (expected - 4_000..=expected).contains(&ahead),
             "{i}: {ahead}"
         );
     }
@@ -647,7 +541,10 @@ async fn acquire_failed_moves_only_the_waiters_behind_up() {
     // 103 gives up: only 104 and 105 move up, by its wait.
     let t103 = tasks.remove(1);
     t103.abort();
-    eventually(SECOND, "103 leaving", || queued(&server, name).len() == 3).await;
+    eventually(5 * SECOND, "103 leaving", || {
+        queued(&server, name).len() == 3
+    })
+    .await;
     let after: Vec<Option<i64>> = (102..=105)
         .map(|id| deadline(&server, name, &owner(id).to_string()))
         .collect();
@@ -664,7 +561,7 @@ async fn acquire_failed_moves_only_the_waiters_behind_up() {
     // 101 unlocks, 102 acquires: the rest move up by 102's wait.
     first.unlock().await.unwrap();
     let t102 = tasks.remove(0);
-    let (second, _, _) = within(Duration::from_secs(2), "102", t102).await.unwrap();
+    let (second, _) = within(WAKE, "102", t102).await.unwrap();
     assert!(lock.is_held_by(&owner(102)).await.unwrap());
     assert_eq!(
         queued(&server, name),
@@ -673,12 +570,12 @@ async fn acquire_failed_moves_only_the_waiters_behind_up() {
     assert_eq!(deadline_of(&server, name, &owner(104)), before[2] - 10_000);
     assert_eq!(deadline_of(&server, name, &owner(105)), before[3] - 10_000);
     let lease = lock.remaining_lease().await.unwrap().unwrap();
-    assert!(lease > Duration::from_secs(29), "{lease:?}");
+    assert!(lease > Duration::from_secs(20), "{lease:?}");
 
     for task in tasks {
         task.abort();
     }
-    eventually(SECOND, "the rest leaving", || {
+    eventually(5 * SECOND, "the rest leaving", || {
         queued(&server, name).is_empty()
     })
     .await;
@@ -692,9 +589,7 @@ async fn deadlines_move_up_by_the_wait_of_each_waiter_that_acquires() {
     let server = RedisServer::start();
     let c = client_with(&server, |b| b.fair_wait_timeout(Duration::from_secs(5))).await;
     let name = "acquired-drift";
-    let lock = c
-        .fair_lock(name)
-        .with_lease(Lease::Fixed(Duration::from_secs(300)));
+    let lock = c.fair_lock(name).with_lease(fixed(300_000));
     let owner = |id| LockOwner::from_parts(c.id(), id);
     let first = lock.try_lock(&owner(101)).await.unwrap().unwrap();
     let t102 = spawn_lock(&lock, &owner(102));
@@ -706,7 +601,7 @@ async fn deadlines_move_up_by_the_wait_of_each_waiter_that_acquires() {
     assert_eq!(d103 - d102, 5_000);
 
     first.unlock().await.unwrap();
-    let (second, _, _) = within(Duration::from_secs(2), "102", t102).await.unwrap();
+    let (second, _) = within(WAKE, "102", t102).await.unwrap();
     let d103_after = deadline_of(&server, name, &owner(103));
     assert_eq!(d103 - d103_after, 5_000);
 
@@ -723,7 +618,7 @@ async fn deadlines_move_up_by_the_wait_of_each_waiter_that_acquires() {
 
     t103.abort();
     t104.abort();
-    eventually(SECOND, "waiters leaving", || {
+    eventually(5 * SECOND, "waiters leaving", || {
         queued(&server, name).is_empty()
     })
     .await;
@@ -761,9 +656,7 @@ async fn try_lock_never_joins_the_queue() {
     let server = RedisServer::start();
     let c = client_with(&server, |b| b.fair_wait_timeout(Duration::from_millis(100))).await;
     let name = "no-wait";
-    let lock = c
-        .fair_lock(name)
-        .with_lease(Lease::Fixed(Duration::from_millis(500)));
+    let lock = c.fair_lock(name).with_lease(fixed(500));
     let owner = |id| LockOwner::from_parts(c.id(), id);
 
     let first = lock.try_lock(&owner(101)).await.unwrap().unwrap();
@@ -778,7 +671,7 @@ async fn try_lock_never_joins_the_queue() {
     assert_no_queue(&server, name);
     // 102's lease runs out; then 104 gets it.
     second.detach();
-    eventually(Duration::from_secs(2), "lease expiry", || {
+    eventually(5 * SECOND, "lease expiry", || {
         server.command(&["EXISTS", name]) == "0"
     })
     .await;
@@ -812,9 +705,7 @@ async fn reentrancy_hold_count_and_is_locked() {
     let server = RedisServer::start();
     let c = client(&server).await;
     let name = "reentrant";
-    let lock = c
-        .fair_lock(name)
-        .with_lease(Lease::Fixed(Duration::from_secs(10)));
+    let lock = c.fair_lock(name).with_lease(fixed(30_000));
     let (me, other) = (c.new_owner(), c.new_owner());
     assert!(!lock.is_locked().await.unwrap());
     assert_eq!(lock.remaining_lease().await.unwrap(), None);
@@ -841,16 +732,14 @@ async fn reentrancy_hold_count_and_is_locked() {
     assert_eq!(lock.hold_count(&me).await.unwrap(), 2);
     // A partial release resets the TTL to the lease.
     let lease = lock.remaining_lease().await.unwrap().unwrap();
-    assert!(lease > Duration::from_secs(9), "{lease:?}");
+    assert!(lease > Duration::from_secs(20), "{lease:?}");
     g2.unlock().await.unwrap();
     assert_eq!(lock.hold_count(&me).await.unwrap(), 1);
     assert!(!waiting.is_finished());
     assert_eq!(queued(&server, name), [other.to_string()]);
 
     g1.unlock().await.unwrap();
-    let (guard, _, _) = within(Duration::from_secs(2), "waiter", waiting)
-        .await
-        .unwrap();
+    let (guard, _) = within(WAKE, "waiter", waiting).await.unwrap();
     assert_eq!(lock.hold_count(&me).await.unwrap(), 0);
     assert_eq!(lock.hold_count(&other).await.unwrap(), 1);
     guard.unlock().await.unwrap();
@@ -874,9 +763,7 @@ async fn the_name_prefix_maps_the_queue_keys_too() {
     assert!(deadline(&server, "test::lock", &waiter.to_string()).is_some());
     assert_eq!(server.command(&["EXISTS", &queue_key("lock")]), "0");
     holder.unlock().await.unwrap();
-    let (guard, _, _) = within(Duration::from_secs(2), "waiter", pending)
-        .await
-        .unwrap();
+    let (guard, _) = within(WAKE, "waiter", pending).await.unwrap();
     guard.unlock().await.unwrap();
     assert!(!lock.is_locked().await.unwrap());
     assert_no_queue(&server, "test::lock");
@@ -895,7 +782,7 @@ async fn a_queued_waiter_ends_during_a_write_pause_and_leaves_the_queue_after_it
     // look again, which the pause answers with timeouts.
     let holder = lock
         .clone()
-        .with_lease(Lease::Fixed(Duration::from_secs(3)))
+        .with_lease(fixed(3_000))
         .lock(&c.new_owner())
         .await
         .unwrap();
@@ -908,7 +795,6 @@ async fn a_queued_waiter_ends_during_a_write_pause_and_leaves_the_queue_after_it
     queue_reaches(&server, "paused", 2).await;
 
     server.command(&["CLIENT", "PAUSE", "30000", "WRITE"]);
-    let start = Instant::now();
     let outcome = within(
         Duration::from_secs(20),
         "try_lock_for during the pause",
@@ -921,7 +807,6 @@ async fn a_queued_waiter_ends_during_a_write_pause_and_leaves_the_queue_after_it
         Err(error) => assert!(error.is_retryable(), "{error:?}"),
         Ok(Some(_)) => panic!("the lock is held, and expiry is paused with the writes"),
     }
-    assert!(start.elapsed() < Duration::from_secs(20));
 
     server.command(&["CLIENT", "UNPAUSE"]);
     eventually(Duration::from_secs(5), "the waiter left the queue", || {

@@ -11,8 +11,6 @@ use std::time::Duration;
 use redisson_lock::{Error, FencedLock, Lease, LockClient, LockOwner};
 use support::*;
 
-const SECOND: Duration = Duration::from_secs(1);
-
 /// §11.8 testTokenIncrease: lockAndGetToken → 1; unlock; → 2; unlock; lock then getToken
 /// → 3; lock(10 s) then getToken → 4 (a re-entry); tryLockAndGetToken → 5 (a re-entry).
 #[tokio::test]
@@ -90,12 +88,7 @@ async fn tokens_strictly_increase_across_owners_and_clients() {
             }
         }));
     }
-    within(Duration::from_secs(60), "all tasks", async {
-        for task in tasks {
-            task.await.unwrap();
-        }
-    })
-    .await;
+    all_finish(Duration::from_secs(60), "all tasks", tasks).await;
 
     let seen = seen.lock().unwrap().clone();
     let expected: Vec<u64> = (1..=(TASKS * (ROUNDS + ROUNDS / 2)) as u64).collect();
@@ -188,7 +181,9 @@ async fn the_token_key_is_named_by_redisson_and_never_reset() {
 #[tokio::test]
 async fn a_fenced_hold_and_a_plain_hold_exclude_each_other() {
     let server = RedisServer::start();
-    let c = client(&server).await;
+    // A 30 s lease, renewed every 10 s: only the unlock message wakes the waiter in time, and
+    // the server's script count is the waiter's attempts.
+    let c = long_watchdog_client(&server).await;
     let (a, b) = (c.new_owner(), c.new_owner());
     let fenced = c.fenced_lock("shared-hash");
     let plain = c.lock("shared-hash");
@@ -197,20 +192,11 @@ async fn a_fenced_hold_and_a_plain_hold_exclude_each_other() {
     assert!(plain.is_held_by(&a).await.unwrap());
     assert!(plain.try_lock(&b).await.unwrap().is_none());
     // A plain waiter is woken by the fenced unlock: the same channel.
+    let before = evalsha_calls(&server);
     let waiter = tokio::spawn(plain.lock(&b));
-    eventually(5 * SECOND, "plain waiter subscribed", || {
-        server
-            .command(&["PUBSUB", "NUMSUB", "redisson_lock__channel:{shared-hash}"])
-            .ends_with("\n1")
-    })
-    .await;
-    let released = std::time::Instant::now();
+    waiting(&server, &lock_channel("shared-hash"), before + 2).await;
     guard.unlock().await.unwrap();
-    let plain_guard = within(2 * SECOND, "plain waiter", waiter)
-        .await
-        .unwrap()
-        .unwrap();
-    assert!(released.elapsed() < Duration::from_millis(500));
+    let plain_guard = within(WAKE, "plain waiter", waiter).await.unwrap().unwrap();
 
     assert!(fenced.try_lock(&a).await.unwrap().is_none());
     assert!(fenced.is_locked().await.unwrap());
@@ -358,22 +344,9 @@ async fn token_taker_process() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tokens_strictly_increase_across_processes() {
     use std::io::{BufRead, BufReader};
-    use std::process::{Command, Stdio};
 
     let server = RedisServer::start();
-    let child = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "token_taker_process",
-            "--exact",
-            "--ignored",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env("REDISSON_LOCK_TOKEN_URL", server.url())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let child = spawn_test_process("token_taker_process", "REDISSON_LOCK_TOKEN_URL", &server);
     // This process takes its own 20 holds while the child takes its 20.
     let client = LockClient::connect(&server.url()).await.unwrap();
     let lock = client.fenced_lock("cross-process");

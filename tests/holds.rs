@@ -122,16 +122,6 @@ impl Kind {
     }
 }
 
-/// A client whose watchdog renews only every 10 s: between renewals it cannot have
-/// noticed that a hold was lost, so what the tests see is the release path's own doing.
-async fn slow_watchdog_client(server: &RedisServer) -> LockClient {
-    client_with(server, |b| b.watchdog_timeout(Duration::from_secs(30))).await
-}
-
-fn pttl(server: &RedisServer, key: &str) -> i64 {
-    server.command(&["PTTL", key]).parse().unwrap()
-}
-
 fn assert_not_held(result: Result<(), Error>, what: &str) {
     assert!(
         matches!(result, Err(Error::NotHeld { .. })),
@@ -146,20 +136,15 @@ async fn a_guard_whose_fixed_lease_ran_out_leaves_the_owners_new_hold_alone() {
     let (me, other) = (c.new_owner(), c.new_owner());
     let lock = c.lock("expired-guard");
 
-    let old = lock
-        .clone()
-        .with_lease(Lease::Fixed(Duration::from_millis(500)))
-        .lock(&me)
-        .await
-        .unwrap();
-    old.lease_lost().await;
+    let old = lock.clone().with_lease(fixed(500)).lock(&me).await.unwrap();
+    within(5 * SECOND, "the lease running out", old.lease_lost()).await;
     eventually(Duration::from_secs(5), "the key expired", || {
         server.command(&["EXISTS", "expired-guard"]) == "0"
     })
     .await;
     let new = lock
         .clone()
-        .with_lease(Lease::Fixed(Duration::from_secs(60)))
+        .with_lease(fixed(60_000))
         .lock(&me)
         .await
         .unwrap();
@@ -202,7 +187,9 @@ async fn relocking_after_lease_lost_keeps_the_new_hold_when_the_old_guard_drops(
 #[tokio::test]
 async fn a_guard_of_a_hold_lost_unnoticed_releases_nothing_of_every_kind() {
     let server = RedisServer::start();
-    let c = slow_watchdog_client(&server).await;
+    // Renewals only every 10 s: between them the client cannot have noticed that a hold
+    // was lost, so what the test sees is the release path's own doing.
+    let c = long_watchdog_client(&server).await;
     let me = c.new_owner();
     for kind in KINDS {
         let name = format!("lost-{kind:?}");
@@ -231,14 +218,16 @@ async fn a_guard_of_a_hold_lost_unnoticed_releases_nothing_of_every_kind() {
 #[tokio::test]
 async fn a_new_acquisition_tells_the_guards_of_the_lost_hold() {
     let server = RedisServer::start();
-    let c = slow_watchdog_client(&server).await;
+    // Renewals only every 10 s: between them the client cannot have noticed that a hold
+    // was lost, so what the test sees is the release path's own doing.
+    let c = long_watchdog_client(&server).await;
     let me = c.new_owner();
     let lock = c.lock("lost-told");
 
     let old = lock.lock(&me).await.unwrap();
     let fixed = lock
         .clone()
-        .with_lease(Lease::Fixed(Duration::from_secs(60)))
+        .with_lease(fixed(60_000))
         .lock(&me)
         .await
         .unwrap();
@@ -372,17 +361,14 @@ async fn every_script_checks_its_durations_before_writing() {
 #[tokio::test]
 async fn a_shorter_fixed_reentry_never_cuts_a_watchdog_hold_short() {
     let server = RedisServer::start();
-    let c = slow_watchdog_client(&server).await;
+    // Renewals only every 10 s: between them the client cannot have noticed that a hold
+    // was lost, so what the test sees is the release path's own doing.
+    let c = long_watchdog_client(&server).await;
     let (me, other) = (c.new_owner(), c.new_owner());
     let lock = c.lock("short-inner");
 
     let outer = lock.lock(&me).await.unwrap();
-    let inner = lock
-        .clone()
-        .with_lease(Lease::Fixed(Duration::from_millis(200)))
-        .lock(&me)
-        .await
-        .unwrap();
+    let inner = lock.clone().with_lease(fixed(200)).lock(&me).await.unwrap();
     assert!(
         pttl(&server, "short-inner") > 20_000,
         "the re-entry kept the watchdog's TTL"
@@ -409,14 +395,8 @@ async fn a_partial_release_keeps_the_key_for_the_longest_fixed_hold() {
     let me = c.new_owner();
     for kind in KINDS.into_iter().filter(|k| k.reentrant()) {
         let name = format!("longest-{kind:?}");
-        let long = kind
-            .take(&c, &name, &me, Lease::Fixed(Duration::from_secs(60)))
-            .await
-            .unwrap();
-        let short = kind
-            .take(&c, &name, &me, Lease::Fixed(Duration::from_millis(200)))
-            .await
-            .unwrap();
+        let long = kind.take(&c, &name, &me, fixed(60_000)).await.unwrap();
+        let short = kind.take(&c, &name, &me, fixed(200)).await.unwrap();
         short.unlock().await.unwrap();
         let ttl = pttl(&server, &name);
         assert!(

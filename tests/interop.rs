@@ -3,40 +3,12 @@
 
 mod support;
 
-use std::time::{Duration, Instant};
-
-use fred::clients::SubscriberClient;
-use fred::prelude::*;
-use fred::types::Message;
-use redisson_lock::Lease;
 use support::*;
-
-/// A Redisson client id and thread id, as a Java `RedissonClient` writes them.
-const JAVA_OWNER: &str = "8c1e3f0a-5b7d-4e2a-9f61-2d4c7b9e0a13:57";
-
-/// A raw subscriber, standing in for a Java client listening on a lock channel.
-async fn listener(
-    server: &RedisServer,
-    channel: &str,
-) -> (SubscriberClient, tokio::sync::broadcast::Receiver<Message>) {
-    let config = Config::from_url(&server.url()).unwrap();
-    let subscriber = Builder::from_config(config)
-        .build_subscriber_client()
-        .unwrap();
-    subscriber.init().await.unwrap();
-    let messages = subscriber.message_rx();
-    subscriber.subscribe(channel).await.unwrap();
-    let _: Value = subscriber.ping(None).await.unwrap();
-    (subscriber, messages)
-}
 
 #[tokio::test]
 async fn a_hold_written_by_java_excludes_us_and_its_unlock_message_wakes_us() {
     let server = RedisServer::start();
-    let c = client_with(&server, |b| {
-        b.watchdog_timeout(std::time::Duration::from_secs(30))
-    })
-    .await;
+    let c = long_watchdog_client(&server).await;
     let lock = c.lock("java-held");
     // Exactly what Redisson's acquire script leaves: one field, count 1, a 30 s TTL.
     server.command(&["HINCRBY", "java-held", JAVA_OWNER, "1"]);
@@ -46,30 +18,19 @@ async fn a_hold_written_by_java_excludes_us_and_its_unlock_message_wakes_us() {
     assert!(lock.try_lock(&me).await.unwrap().is_none());
     assert!(lock.is_locked().await.unwrap());
     assert!(!lock.is_held_by(&me).await.unwrap());
+    // Nothing renews: the server's script count is the waiter's attempts.
+    let before = evalsha_calls(&server);
     let waiter = tokio::spawn(lock.lock(&me));
-    eventually(Duration::from_secs(5), "waiter subscribed", || {
-        server
-            .command(&["PUBSUB", "NUMSUB", "redisson_lock__channel:{java-held}"])
-            .ends_with("\n1")
-    })
-    .await;
+    waiting(&server, &lock_channel("java-held"), before + 2).await;
 
     // Java's release: the count reaches 0, the hash is deleted, "0" is published.
-    let released = Instant::now();
     server.command(&["DEL", "java-held"]);
     assert_eq!(
-        server.command(&["PUBLISH", "redisson_lock__channel:{java-held}", "0"]),
+        server.command(&["PUBLISH", &lock_channel("java-held"), "0"]),
         "1"
     );
-    let guard = within(Duration::from_secs(2), "waiter", waiter)
-        .await
-        .unwrap()
-        .unwrap();
-    assert!(
-        released.elapsed() < Duration::from_millis(200),
-        "woken by the message, not the 30 s TTL"
-    );
-    guard.unlock().await.unwrap();
+    // Woken by the message, not the 30 s TTL.
+    woken_and_released("waiter", waiter).await;
 }
 
 #[tokio::test]
@@ -82,7 +43,7 @@ async fn a_java_reentrant_hold_is_not_ours_to_release() {
     assert!(lock.unlock(&c.new_owner()).await.is_err());
     assert_eq!(server.command(&["HGET", "java-reentered", JAVA_OWNER]), "2");
     // Acting for the Java owner (expert escape hatch) releases exactly its holds.
-    let java = redisson_lock::LockOwner::from_parts(JAVA_OWNER[..36].parse().unwrap(), 57);
+    let java = java_lock_owner(57);
     assert_eq!(lock.hold_count(&java).await.unwrap(), 2);
     lock.unlock(&java).await.unwrap();
     assert_eq!(server.command(&["HGET", "java-reentered", JAVA_OWNER]), "1");
@@ -91,11 +52,10 @@ async fn a_java_reentrant_hold_is_not_ours_to_release() {
 #[tokio::test]
 async fn our_hold_looks_exactly_like_redissons() {
     let server = RedisServer::start();
-    let c = client_with(&server, |b| b.watchdog_timeout(Duration::from_secs(30))).await;
+    let c = long_watchdog_client(&server).await;
     let me = c.new_owner();
     let field = format!("{}:{}", c.id().hyphenated(), me.id());
     assert_eq!(me.to_string(), field);
-    assert_eq!(c.id().hyphenated().to_string().len(), 36);
 
     let lock = c.lock("{user:7}:cart");
     let guard = lock.lock(&me).await.unwrap();
@@ -104,24 +64,22 @@ async fn our_hold_looks_exactly_like_redissons() {
         server.command(&["HGETALL", "{user:7}:cart"]),
         format!("{field}\n1")
     );
-    let pttl: i64 = server.command(&["PTTL", "{user:7}:cart"]).parse().unwrap();
-    assert!((29_900..=30_000).contains(&pttl));
+    let ttl = pttl(&server, "{user:7}:cart");
+    assert!((20_000..=30_000).contains(&ttl), "{ttl}");
     assert_eq!(
         server.command(&["DBSIZE"]),
         "1",
         "no other key while holding"
     );
 
-    let fixed = c
-        .lock("orders")
-        .with_lease(Lease::Fixed(Duration::from_secs(10)));
+    let fixed = c.lock("orders").with_lease(fixed(10_000));
     let g = fixed.lock(&me).await.unwrap();
-    let pttl: i64 = server.command(&["PTTL", "orders"]).parse().unwrap();
-    assert!((9_900..=10_000).contains(&pttl));
+    let ttl = pttl(&server, "orders");
+    assert!((5_000..=10_000).contains(&ttl), "{ttl}");
     g.unlock().await.unwrap();
     guard.unlock().await.unwrap();
     // The unlock latches are deleted right after their release.
-    eventually(Duration::from_secs(2), "latches deleted", || {
+    eventually(5 * SECOND, "latches deleted", || {
         server.command(&["DBSIZE"]) == "0"
     })
     .await;
@@ -135,31 +93,22 @@ async fn our_unlock_publishes_zero_on_the_exact_channel() {
         ("orders", "redisson_lock__channel:{orders}"),
         ("{user:7}:cart", "redisson_lock__channel:{user:7}:cart"),
     ] {
-        let (subscriber, mut messages) = listener(&server, channel).await;
+        let mut messages = Listener::channel(&server, channel).await;
         let me = c.new_owner();
         let lock = c.lock(name);
         let outer = lock.lock(&me).await.unwrap();
         let inner = lock.lock(&me).await.unwrap();
         inner.unlock().await.unwrap(); // a partial release publishes nothing
         outer.unlock().await.unwrap();
-        let message = within(Duration::from_secs(2), "unlock message", messages.recv())
-            .await
-            .unwrap();
-        assert_eq!(&*message.channel, channel);
-        assert_eq!(message.value.as_str().as_deref(), Some("0"));
-        assert!(
-            messages.try_recv().is_err(),
-            "exactly one message per release"
-        );
+        assert_eq!(messages.next().await, (channel.to_owned(), "0".to_owned()));
+        // Exactly one message per release.
+        messages.no_more().await;
 
         // force_unlock publishes the same message.
         let _held = lock.lock(&me).await.unwrap();
         assert!(lock.force_unlock().await.unwrap());
-        let message = within(Duration::from_secs(2), "force message", messages.recv())
-            .await
-            .unwrap();
-        assert_eq!(message.value.as_str().as_deref(), Some("0"));
-        subscriber.quit().await.unwrap();
+        assert_eq!(messages.next().await, (channel.to_owned(), "0".to_owned()));
+        messages.quit().await;
     }
 }
 
@@ -169,15 +118,16 @@ async fn the_watchdog_never_renews_a_hold_that_is_not_ours() {
     let c = client(&server).await; // watchdog 900 ms, renewal every 300 ms
     let lock = c.lock("taken-over");
     let guard = lock.lock(&c.new_owner()).await.unwrap();
-    // Our hold vanishes and a Java client takes the lock with a 5 s lease.
+    // Our hold vanishes and a Java client takes the lock with a 30 s lease.
     server.command(&["DEL", "taken-over"]);
     server.command(&["HSET", "taken-over", JAVA_OWNER, "1"]);
-    server.command(&["PEXPIRE", "taken-over", "5000"]);
-    within(Duration::from_secs(2), "lease_lost", guard.lease_lost()).await;
+    server.command(&["PEXPIRE", "taken-over", "30000"]);
+    within(5 * SECOND, "lease_lost", guard.lease_lost()).await;
     assert_eq!(c.renewed_holds(), 0);
-    let pttl: i64 = server.command(&["PTTL", "taken-over"]).parse().unwrap();
-    assert!(pttl > 1000, "the Java hold kept its own lease: {pttl}");
-    assert!(pttl <= 5000);
+    // Not our 900 ms lease: the Java hold kept its own.
+    let ttl = pttl(&server, "taken-over");
+    assert!(ttl > 10_000, "the Java hold kept its own lease: {ttl}");
+    assert!(ttl <= 30_000);
     assert_eq!(server.command(&["HGET", "taken-over", JAVA_OWNER]), "1");
     assert!(guard.unlock().await.is_err());
     assert_eq!(server.command(&["HGET", "taken-over", JAVA_OWNER]), "1");
@@ -216,11 +166,8 @@ async fn the_unlock_latch_makes_a_resent_release_idempotent() {
         server.command(&["GET", "redisson_unlock_latch:{latched}:r1"]),
         "0"
     );
-    let pttl: i64 = server
-        .command(&["PTTL", "redisson_unlock_latch:{latched}:r1"])
-        .parse()
-        .unwrap();
-    assert!(pttl > 9000 && pttl <= 10000);
+    let ttl = pttl(&server, "redisson_unlock_latch:{latched}:r1");
+    assert!(ttl > 5_000 && ttl <= 10_000, "{ttl}");
     // Not the owner: nil, and no latch written.
     assert_eq!(
         server.command(&[

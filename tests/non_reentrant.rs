@@ -10,9 +10,8 @@ use std::time::{Duration, Instant};
 use redisson_lock::Error;
 use support::*;
 
-const SECOND: Duration = Duration::from_secs(1);
-/// "At once": far below any wait a refused call was given.
-const AT_ONCE: Duration = Duration::from_millis(300);
+/// "At once": far below the minute a refused call was given, on a loaded machine too.
+const AT_ONCE: Duration = Duration::from_secs(5);
 
 macro_rules! non_reentrant_tests {
     ($variant:ident, $constructor:ident) => {
@@ -29,14 +28,17 @@ macro_rules! non_reentrant_tests {
 
                 let guard = lock.lock(&holder).await.unwrap();
                 let waiter = tokio::spawn(lock.lock(&contender));
-                tokio::time::sleep(Duration::from_millis(300)).await;
+                // Subscribed (to the shared channel, or to its own as a fair waiter): waiting.
+                eventually(10 * SECOND, "the contender subscribed", || {
+                    !server
+                        .command(&["PUBSUB", "CHANNELS", "*{nr-contended}*"])
+                        .is_empty()
+                })
+                .await;
                 assert!(!waiter.is_finished(), "the contender must block");
 
                 guard.unlock().await.unwrap();
-                let got = within(2 * SECOND, "contender", waiter)
-                    .await
-                    .unwrap()
-                    .unwrap();
+                let got = within(WAKE, "contender", waiter).await.unwrap().unwrap();
                 assert!(lock.is_held_by(&contender).await.unwrap());
                 got.unlock().await.unwrap();
                 assert!(!lock.is_locked().await.unwrap());
@@ -53,7 +55,7 @@ macro_rules! non_reentrant_tests {
                 let guard = lock.lock(&me).await.unwrap();
 
                 let started = Instant::now();
-                let refused = within(SECOND, "lock", lock.lock(&me)).await;
+                let refused = within(AT_ONCE, "lock", lock.lock(&me)).await;
                 assert!(
                     matches!(refused, Err(Error::WouldDeadlock(_))),
                     "{refused:?}"
@@ -68,7 +70,7 @@ macro_rules! non_reentrant_tests {
                 ));
                 // Even a long wait is no wait at all.
                 assert!(matches!(
-                    lock.try_lock_for(&me, 10 * SECOND).await,
+                    lock.try_lock_for(&me, 60 * SECOND).await,
                     Err(Error::WouldDeadlock(_))
                 ));
                 assert!(started.elapsed() < AT_ONCE, "took {:?}", started.elapsed());
@@ -105,7 +107,7 @@ macro_rules! non_reentrant_tests {
                 let second = c.$constructor("nr-two-handles");
 
                 let guard = first.lock(&me).await.unwrap();
-                let refused = within(SECOND, "second handle", second.lock(&me)).await;
+                let refused = within(AT_ONCE, "second handle", second.lock(&me)).await;
                 match refused {
                     Err(Error::WouldDeadlock(message)) => {
                         assert!(message.contains("nr-two-handles"), "{message}");

@@ -6,18 +6,8 @@ mod support;
 use std::time::{Duration, Instant};
 
 use fred::prelude::*;
-use redisson_lock::{Lease, LockClient};
+use redisson_lock::LockClient;
 use support::*;
-
-fn evalsha_calls(server: &RedisServer) -> u64 {
-    server
-        .command(&["INFO", "commandstats"])
-        .lines()
-        .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
-        .and_then(|rest| rest.split(',').next())
-        .map(|n| n.parse().unwrap())
-        .unwrap_or(0)
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lagging_receiver_wakes_every_waiter_and_keeps_listening() {
@@ -41,19 +31,21 @@ async fn a_lagging_receiver_wakes_every_waiter_and_keeps_listening() {
         .unwrap();
 
     let lock = c.lock("flooded");
-    let holder = lock.lock(&c.new_owner()).await.unwrap();
+    // A fixed lease: nothing renews, so the server's script count is the waiter's attempts.
+    let holder = lock
+        .clone()
+        .with_lease(fixed(60_000))
+        .lock(&c.new_owner())
+        .await
+        .unwrap();
+    let before = evalsha_calls(&server);
     let waiter = tokio::spawn(lock.lock(&c.new_owner()));
-    eventually(Duration::from_secs(5), "waiter subscribed", || {
-        server
-            .command(&["PUBSUB", "NUMSUB", "redisson_lock__channel:{flooded}"])
-            .ends_with("\n1")
-    })
-    .await;
+    waiting(&server, &lock_channel("flooded"), before + 2).await;
 
     // A burst of messages the waiter ignores ("2" means nothing): only a lag wakes it.
     server.command(&["CONFIG", "RESETSTAT"]);
     let flood = "for i = 1, 2000 do redis.call('publish', KEYS[1], '2') end";
-    server.command(&["EVAL", flood, "1", "redisson_lock__channel:{flooded}"]);
+    server.command(&["EVAL", flood, "1", &lock_channel("flooded")]);
     eventually(
         Duration::from_secs(5),
         "waiter re-checked after the lag",
@@ -62,19 +54,9 @@ async fn a_lagging_receiver_wakes_every_waiter_and_keeps_listening() {
     .await;
     assert!(!waiter.is_finished(), "the lock is still held");
 
-    // Still listening: the real unlock message wakes it long before the 30 s lease.
-    let released = Instant::now();
+    // Still listening: the real unlock message wakes it long before the 60 s lease.
     holder.unlock().await.unwrap();
-    let guard = within(Duration::from_secs(2), "waiter", waiter)
-        .await
-        .unwrap()
-        .unwrap();
-    assert!(
-        released.elapsed() < Duration::from_millis(500),
-        "{:?}",
-        released.elapsed()
-    );
-    guard.unlock().await.unwrap();
+    woken_and_released("waiter", waiter).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -95,16 +77,13 @@ async fn one_subscriber_connection_serves_every_waiter() {
             waiters.push(tokio::spawn(async move { acquire.await?.unlock().await }));
         }
     }
-    eventually(Duration::from_secs(5), "all channels subscribed", || {
-        c.subscribed_channels() == 5
-    })
-    .await;
     for name in &names {
-        let channel = format!("redisson_lock__channel:{{{name}}}");
-        assert!(
-            server
-                .command(&["PUBSUB", "NUMSUB", &channel])
-                .ends_with("\n1"),
+        subscribed(&server, &lock_channel(name)).await;
+    }
+    for name in &names {
+        assert_eq!(
+            subscribers(&server, &lock_channel(name)),
+            1,
             "one subscription per channel"
         );
     }
@@ -131,25 +110,13 @@ async fn one_subscriber_connection_serves_every_waiter() {
         guard.unlock().await.unwrap();
     }
     // Every waiter gets its turn; each releases, which wakes the next.
-    within(Duration::from_secs(10), "all waiters", async {
-        for waiter in waiters {
-            waiter.await.unwrap().unwrap();
-        }
+    for released in all_finish(Duration::from_secs(20), "all waiters", waiters).await {
+        released.unwrap();
+    }
+    eventually(5 * SECOND, "channels released", || {
+        c.subscribed_channels() == 0 && no_channels(&server)
     })
     .await;
-    eventually(Duration::from_secs(2), "channels released", || {
-        c.subscribed_channels() == 0 && server.command(&["PUBSUB", "CHANNELS"]).is_empty()
-    })
-    .await;
-}
-
-fn subscribe_calls(server: &RedisServer) -> u64 {
-    server
-        .command(&["INFO", "commandstats"])
-        .lines()
-        .find_map(|l| l.strip_prefix("cmdstat_subscribe:calls="))
-        .and_then(|rest| rest.split(',').next())
-        .map_or(0, |n| n.parse().unwrap())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -157,49 +124,52 @@ async fn a_channel_lingers_briefly_so_a_returning_waiter_skips_subscribing() {
     let server = RedisServer::start();
     let c = client(&server).await;
     let lock = c.lock("linger");
+    // A fixed lease: nothing renews, so the server's script count is the waiter's attempts,
+    // and only the unlock message wakes the waiter in time.
+    let held_lock = lock.clone().with_lease(fixed(60_000));
     let holder = c.new_owner();
     let waiter = c.new_owner();
 
-    // Round one: the waiter subscribes, gets the lock, releases; its channel stays.
-    let held = lock.lock(&holder).await.unwrap();
-    let pending = tokio::spawn(lock.lock(&waiter));
-    eventually(Duration::from_secs(5), "subscribed", || {
-        subscribe_calls(&server) == 1
-    })
-    .await;
-    held.unlock().await.unwrap();
-    pending.await.unwrap().unwrap().unlock().await.unwrap();
+    // The channel lingers 500 ms: a machine too slow to come back within it plays again.
+    for round in 1.. {
+        // Round one: the waiter subscribes, gets the lock, releases; its channel stays.
+        server.command(&["CONFIG", "RESETSTAT"]);
+        let held = held_lock.lock(&holder).await.unwrap();
+        let pending = tokio::spawn(lock.lock(&waiter));
+        waiting(&server, &lock_channel("linger"), 1 + 2).await;
+        assert_eq!(command_calls(&server, "subscribe"), 1);
+        held.unlock().await.unwrap();
+        woken_and_released("the waiter", pending).await;
 
-    // Round two, within the linger: the subscription is reused, no SUBSCRIBE is sent, and
-    // the waiter is still woken by the unlock message.
-    let held = lock.lock(&holder).await.unwrap();
-    let before = evalsha_calls(&server);
-    let pending = tokio::spawn(lock.lock(&waiter));
-    // Its first attempt and its attempt after subscribing: it went through subscribing.
-    eventually(Duration::from_secs(5), "two attempts", || {
-        evalsha_calls(&server) >= before + 2
-    })
-    .await;
-    let released = Instant::now();
-    held.unlock().await.unwrap();
-    pending.await.unwrap().unwrap().unlock().await.unwrap();
-    assert!(
-        released.elapsed() < Duration::from_millis(300),
-        "{:?}",
-        released.elapsed()
-    );
-    assert_eq!(
-        subscribe_calls(&server),
-        1,
-        "the lingering subscription was reused"
-    );
+        // Round two, within the linger: the subscription is reused, no SUBSCRIBE is sent,
+        // and the waiter is still woken by the unlock message.
+        let held = held_lock.lock(&holder).await.unwrap();
+        let before = evalsha_calls(&server);
+        let pending = tokio::spawn(lock.lock(&waiter));
+        // Its first attempt and its attempt after subscribing: it went through subscribing.
+        scripts_reach(&server, before + 2).await;
+        let lingered = command_calls(&server, "unsubscribe") == 0;
+        held.unlock().await.unwrap();
+        woken_and_released("the returning waiter", pending).await;
+        if lingered {
+            assert_eq!(
+                command_calls(&server, "subscribe"),
+                1,
+                "the lingering subscription was reused"
+            );
+            break;
+        }
+        assert!(round < 5, "the channel was unsubscribed at once every time");
+        eventually(5 * SECOND, "unsubscribed before playing again", || {
+            no_channels(&server)
+        })
+        .await;
+    }
 
     // With nobody waiting, the channel goes after the linger (500 ms).
-    eventually(
-        Duration::from_secs(3),
-        "unsubscribed after the linger",
-        || c.subscribed_channels() == 0 && server.command(&["PUBSUB", "CHANNELS"]).is_empty(),
-    )
+    eventually(5 * SECOND, "unsubscribed after the linger", || {
+        c.subscribed_channels() == 0 && no_channels(&server)
+    })
     .await;
 }
 
@@ -207,7 +177,7 @@ async fn a_channel_lingers_briefly_so_a_returning_waiter_skips_subscribing() {
 /// task is not being polled (a busy runtime), so the one unlock message goes to A, the
 /// oldest waiter, and A next runs after its deadline. A must not swallow the wake-up: it
 /// either takes the lock with one last attempt or passes the wake-up on, and B gets the lock
-/// long before the holder's 20 s lease would have freed it.
+/// long before the holder's 60 s lease would have freed it.
 #[tokio::test]
 async fn a_timed_waiter_woken_at_its_deadline_does_not_swallow_the_wake_up() {
     let server = RedisServer::start();
@@ -215,7 +185,7 @@ async fn a_timed_waiter_woken_at_its_deadline_does_not_swallow_the_wake_up() {
     let name = "swallowed-wake";
     let held = holding
         .lock(name)
-        .with_lease(Lease::Fixed(Duration::from_secs(20)))
+        .with_lease(fixed(60_000))
         .lock(&holding.new_owner())
         .await
         .unwrap();
@@ -248,7 +218,7 @@ async fn a_timed_waiter_woken_at_its_deadline_does_not_swallow_the_wake_up() {
         // A looked once more and took the lock: releasing it wakes B.
         guard.unlock().await.unwrap();
     }
-    // Far below the 17 s or so of the holder's lease that B would otherwise sleep through.
+    // Far below the 55 s or so of the holder's lease that B would otherwise sleep through.
     let guard = within(Duration::from_secs(8), "B, woken", b)
         .await
         .unwrap()

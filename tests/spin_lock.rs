@@ -7,34 +7,8 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use fred::clients::SubscriberClient;
-use fred::prelude::*;
-use fred::types::Message;
-use redisson_lock::{Backoff, Error, Lease, SpinLock, WaitStrategy};
+use redisson_lock::{Backoff, Error, SpinLock, WaitStrategy};
 use support::*;
-use tokio::sync::broadcast;
-
-const SECOND: Duration = Duration::from_secs(1);
-/// A Java owner (`<client uuid>:<thread id>`).
-const JAVA_OWNER: &str = "8c1e3f0a-5b7d-4e2a-9f61-2d4c7b9e0a13:57";
-
-/// A raw subscriber to every channel, standing in for any listener on the server.
-async fn listen_to_everything(
-    server: &RedisServer,
-) -> (SubscriberClient, broadcast::Receiver<Message>) {
-    let subscriber = Builder::from_config(Config::from_url(&server.url()).unwrap())
-        .build_subscriber_client()
-        .unwrap();
-    subscriber.init().await.unwrap();
-    let messages = subscriber.message_rx();
-    subscriber.psubscribe("*").await.unwrap();
-    let _: Value = subscriber.ping(None).await.unwrap();
-    (subscriber, messages)
-}
-
-fn no_channels(server: &RedisServer) -> bool {
-    server.command(&["PUBSUB", "CHANNELS"]).is_empty()
-}
 
 #[tokio::test]
 async fn a_spin_lock_and_a_plain_lock_exclude_each_other() {
@@ -53,7 +27,14 @@ async fn a_spin_lock_and_a_plain_lock_exclude_each_other() {
     assert!(plain.is_held_by(&a).await.unwrap());
     guard.unlock().await.unwrap();
 
-    let guard = plain.lock(&b).await.unwrap();
+    // A fixed 60 s lease: nothing renews, so the server's script count is the spin waiter's
+    // attempts, and only its polling can notice the unlock in time.
+    let guard = plain
+        .clone()
+        .with_lease(fixed(60_000))
+        .lock(&b)
+        .await
+        .unwrap();
     assert!(spin.try_lock(&a).await.unwrap().is_none());
     assert!(spin
         .try_lock_for(&a, Duration::from_millis(150))
@@ -61,17 +42,12 @@ async fn a_spin_lock_and_a_plain_lock_exclude_each_other() {
         .unwrap()
         .is_none());
     assert!(spin.is_locked().await.unwrap());
-    // A spin waiter notices the plain unlock by polling.
+    // A spin waiter notices the plain unlock by polling: it is polling already.
+    let before = evalsha_calls(&server);
     let waiter = tokio::spawn(spin.lock(&a));
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    scripts_reach(&server, before + 2).await;
     guard.unlock().await.unwrap();
-    within(SECOND, "spin waiter", waiter)
-        .await
-        .unwrap()
-        .unwrap()
-        .unlock()
-        .await
-        .unwrap();
+    woken_and_released("spin waiter", waiter).await;
     assert!(!plain.is_locked().await.unwrap());
 }
 
@@ -79,7 +55,8 @@ async fn a_spin_lock_and_a_plain_lock_exclude_each_other() {
 async fn spin_releases_publish_nothing() {
     let server = RedisServer::start();
     let c = client(&server).await;
-    let (_subscriber, mut messages) = listen_to_everything(&server).await;
+    // Every channel, standing in for any listener on the server.
+    let mut messages = Listener::pattern(&server, "*").await;
     let me = c.new_owner();
     let spin = c.spin_lock("spin-quiet");
 
@@ -103,14 +80,10 @@ async fn spin_releases_publish_nothing() {
         .unlock()
         .await
         .unwrap();
-    let message = within(SECOND, "the plain unlock message", messages.recv())
-        .await
-        .unwrap();
-    assert_eq!(message.channel, "redisson_lock__channel:{spin-quiet}");
-    assert!(
-        messages.try_recv().is_err(),
-        "the spin releases published nothing"
-    );
+    let (channel, _) = messages.next().await;
+    assert_eq!(channel, lock_channel("spin-quiet"), "the plain unlock's");
+    // The spin releases published nothing, before it or after.
+    messages.no_more().await;
 }
 
 #[tokio::test]
@@ -120,9 +93,15 @@ async fn a_spin_waiter_acquires_soon_after_release_without_subscribing() {
     let (holder, waiter_owner) = (c.new_owner(), c.new_owner());
     let spin = c.spin_lock("spin-wait");
 
-    let guard = spin.lock(&holder).await.unwrap();
+    // A fixed 60 s lease: only the waiter's polling can notice the release in time.
+    let guard = spin
+        .clone()
+        .with_lease(fixed(60_000))
+        .lock(&holder)
+        .await
+        .unwrap();
     let waiter = tokio::spawn(spin.lock(&waiter_owner));
-    // Long enough for the back-off to reach its 128 ms cap, renewals included.
+    // Time passing is the scenario: long enough for the back-off to reach its 128 ms cap.
     for _ in 0..8 {
         tokio::time::sleep(Duration::from_millis(100)).await;
         assert!(no_channels(&server), "a spin waiter never subscribes");
@@ -130,18 +109,8 @@ async fn a_spin_waiter_acquires_soon_after_release_without_subscribing() {
     }
     assert!(!waiter.is_finished());
 
-    let released = Instant::now();
     guard.unlock().await.unwrap();
-    let got = within(SECOND, "spin waiter", waiter)
-        .await
-        .unwrap()
-        .unwrap();
-    // One back-off step (at most 128 ms) plus a round trip.
-    assert!(
-        released.elapsed() < Duration::from_millis(400),
-        "took {:?}",
-        released.elapsed()
-    );
+    let got = within(WAKE, "spin waiter", waiter).await.unwrap().unwrap();
     assert!(spin.is_held_by(&waiter_owner).await.unwrap());
     got.unlock().await.unwrap();
     assert!(no_channels(&server));
@@ -152,26 +121,30 @@ async fn try_lock_for_gives_up_after_the_wait() {
     let server = RedisServer::start();
     let c = client(&server).await;
     let spin = c.spin_lock("spin-timed");
-    let guard = spin.lock(&c.new_owner()).await.unwrap();
+    // A fixed 60 s lease: nothing renews, so the server's script count is the waiters'.
+    let guard = spin
+        .clone()
+        .with_lease(fixed(60_000))
+        .lock(&c.new_owner())
+        .await
+        .unwrap();
     for wait in [Duration::from_millis(300), SECOND] {
         let started = Instant::now();
-        let got = spin.try_lock_for(&c.new_owner(), wait).await.unwrap();
+        // Given up after the wait, far from the holder's 60 s lease.
+        let attempt = spin.try_lock_for(&c.new_owner(), wait);
+        let got = within(wait + 5 * SECOND, "try_lock_for", attempt).await;
         let took = started.elapsed();
-        assert!(got.is_none());
+        assert!(got.unwrap().is_none());
         assert!(took >= wait, "gave up early: {took:?} < {wait:?}");
-        assert!(
-            took < wait + Duration::from_millis(200),
-            "gave up late: {took:?}"
-        );
     }
     // A zero wait is a single attempt.
-    let started = Instant::now();
+    let before = evalsha_calls(&server);
     assert!(spin
         .try_lock_for(&c.new_owner(), Duration::ZERO)
         .await
         .unwrap()
         .is_none());
-    assert!(started.elapsed() < Duration::from_millis(100));
+    assert_eq!(evalsha_calls(&server), before + 1, "one attempt");
     guard.unlock().await.unwrap();
 }
 
@@ -179,25 +152,19 @@ async fn try_lock_for_gives_up_after_the_wait() {
 async fn a_spin_waiter_gets_the_lock_when_a_fixed_lease_ends() {
     let server = RedisServer::start();
     let c = client(&server).await;
-    // A constant back-off longer than the lease: the holder's TTL cuts the sleep short.
+    // A constant back-off far longer than the lease: the holder's TTL cuts the sleep short.
     let spin = c
         .spin_lock("spin-expire")
-        .with_backoff(Backoff::constant(5 * SECOND));
+        .with_backoff(Backoff::constant(60 * SECOND));
     let first = spin
         .clone()
-        .with_lease(Lease::Fixed(Duration::from_millis(400)))
+        .with_lease(fixed(400))
         .lock(&c.new_owner())
         .await
         .unwrap();
-    let started = Instant::now();
-    let second = within(2 * SECOND, "second", spin.lock(&c.new_owner()))
+    let second = within(5 * SECOND, "second", spin.lock(&c.new_owner()))
         .await
         .unwrap();
-    assert!(
-        started.elapsed() < Duration::from_millis(700),
-        "took {:?}",
-        started.elapsed()
-    );
     // The old owner's unlock fails (testExpire).
     assert!(matches!(first.unlock().await, Err(Error::NotHeld { .. })));
     second.unlock().await.unwrap();
@@ -221,21 +188,16 @@ async fn a_plain_lock_with_spin_waiting_outwaits_a_java_holder_without_pub_sub()
     let me = c.new_owner();
     assert!(lock.try_lock(&me).await.unwrap().is_none());
 
+    // Nothing renews: the server's script count is the waiter's attempts. After three, a
+    // pub/sub waiter would have subscribed.
+    let before = evalsha_calls(&server);
     let waiter = tokio::spawn(lock.lock(&me));
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    scripts_reach(&server, before + 3).await;
     assert!(no_channels(&server), "spin waiting never subscribes");
     assert!(!waiter.is_finished());
-    let released = Instant::now();
     server.command(&["DEL", "java-spin"]);
-    let guard = within(2 * SECOND, "spin waiter", waiter)
-        .await
-        .unwrap()
-        .unwrap();
-    assert!(
-        released.elapsed() < Duration::from_millis(400),
-        "took {:?}",
-        released.elapsed()
-    );
+    // Noticed by polling, long before the 30 s TTL.
+    let guard = within(WAKE, "spin waiter", waiter).await.unwrap().unwrap();
     // It is an ordinary hold of the plain lock: unlocking publishes as usual.
     guard.unlock().await.unwrap();
     assert!(!lock.is_locked().await.unwrap());

@@ -126,18 +126,9 @@ async fn a_rediss_url_locks_over_tls() {
     assert_eq!(server.command(&["HGET", "over-tls", &me.to_string()]), "1");
     // Waiting works over the TLS subscriber connection too.
     let waiter = tokio::spawn(lock.lock(&client.new_owner()));
-    eventually(Duration::from_secs(5), "waiter subscribed", || {
-        client.subscribed_channels() == 1
-    })
-    .await;
+    subscribed(&server, &lock_channel("over-tls")).await;
     guard.unlock().await.unwrap();
-    within(Duration::from_secs(2), "waiter", waiter)
-        .await
-        .unwrap()
-        .unwrap()
-        .unlock()
-        .await
-        .unwrap();
+    woken_and_released("waiter", waiter).await;
     client.shutdown().await;
 
     // A plain-text server behind a rediss:// URL is an error, not a silent downgrade.

@@ -1,13 +1,47 @@
-//! Helpers shared by the integration tests: private servers and clients.
+//! Helpers shared by the integration tests: private servers and clients, what the tests ask
+//! the server, and the Java side of the wire.
 #![allow(dead_code)]
 
+pub mod listener;
 pub mod server;
 
 use std::future::Future;
 use std::time::Duration;
 
-use redisson_lock::{LockClient, LockClientBuilder};
+use fred::prelude::KeysInterface;
+#[allow(unused_imports)] // Not every test binary listens.
+pub use listener::Listener;
+use redisson_lock::{Lease, LockClient, LockClientBuilder, LockGuard, LockOwner};
 pub use server::RedisServer;
+use tokio::task::JoinHandle;
+
+/// One second, for limits written as multiples of it.
+pub const SECOND: Duration = Duration::from_secs(1);
+
+/// How long a woken waiter may take on a loaded machine; tests keep every other way in 30 s away.
+pub const WAKE: Duration = Duration::from_secs(5);
+
+macro_rules! java_client {
+    () => {
+        "8c1e3f0a-5b7d-4e2a-9f61-2d4c7b9e0a13"
+    };
+}
+
+/// A Java `RedissonClient`'s id; `<JAVA_CLIENT>:<thread id>` is a Java owner's hash field.
+pub const JAVA_CLIENT: &str = java_client!();
+
+/// Thread 57 of [`JAVA_CLIENT`], the Java owner the tests write holds for.
+pub const JAVA_OWNER: &str = concat!(java_client!(), ":57");
+
+/// The hash field of Java thread `thread` of [`JAVA_CLIENT`].
+pub fn java_owner(thread: u64) -> String {
+    format!("{JAVA_CLIENT}:{thread}")
+}
+
+/// Java thread `thread` of [`JAVA_CLIENT`] as an owner, to act for it.
+pub fn java_lock_owner(thread: u64) -> LockOwner {
+    LockOwner::from_parts(JAVA_CLIENT.parse().unwrap(), thread)
+}
 
 /// A client of `server` with a short watchdog, so that lease tests take seconds.
 pub async fn client(server: &RedisServer) -> LockClient {
@@ -29,6 +63,21 @@ pub async fn client_with(
         .expect("connect to the test server")
 }
 
+/// A client with a 30 s watchdog: holds outlive the test unless released; renewals every 10 s.
+pub async fn long_watchdog_client(server: &RedisServer) -> LockClient {
+    client_with(server, |b| b.watchdog_timeout(Duration::from_secs(30))).await
+}
+
+/// A fixed lease of `ms` milliseconds.
+pub fn fixed(ms: u64) -> Lease {
+    Lease::Fixed(Duration::from_millis(ms))
+}
+
+/// A cheap deterministic spread of delays below `max_micros` µs (no RNG dependency needed).
+pub fn spread(i: u64, max_micros: u64) -> Duration {
+    Duration::from_micros(i.wrapping_mul(2_654_435_761) % max_micros)
+}
+
 /// Awaits `future`, failing the test if it takes longer than `limit`.
 pub async fn within<T>(limit: Duration, what: &str, future: impl Future<Output = T>) -> T {
     match tokio::time::timeout(limit, future).await {
@@ -37,8 +86,25 @@ pub async fn within<T>(limit: Duration, what: &str, future: impl Future<Output =
     }
 }
 
-/// Polls `check` (a cheap query, not a synchronisation point) until it holds or `limit`
-/// passes; for conditions that only Redis's clock makes true, like a TTL running out.
+/// Awaits a spawned acquisition for at most [`WAKE`] and releases the hold it took.
+pub async fn woken_and_released(what: &str, waiter: JoinHandle<redisson_lock::Result<LockGuard>>) {
+    let guard = within(WAKE, what, waiter).await.unwrap().unwrap();
+    guard.unlock().await.unwrap();
+}
+
+/// Awaits every task, failing the test if they take longer than `limit` together.
+pub async fn all_finish<T>(limit: Duration, what: &str, tasks: Vec<JoinHandle<T>>) -> Vec<T> {
+    within(limit, what, async {
+        let mut results = Vec::new();
+        for task in tasks {
+            results.push(task.await.unwrap());
+        }
+        results
+    })
+    .await
+}
+
+/// Polls a cheap query until it holds, for what only Redis's clock makes true (a TTL running out).
 pub async fn eventually(limit: Duration, what: &str, mut check: impl FnMut() -> bool) {
     let start = std::time::Instant::now();
     while !check() {
@@ -47,6 +113,106 @@ pub async fn eventually(limit: Duration, what: &str, mut check: impl FnMut() -> 
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+/// Adds one to the counter at `key` by a read-modify-write that loses updates without a lock.
+pub async fn racy_increment(client: &LockClient, key: &str) {
+    let value: Option<i64> = client.redis().get(key).await.unwrap();
+    tokio::task::yield_now().await;
+    let _: () = client
+        .redis()
+        .set(key, value.unwrap_or(0) + 1, None, None, false)
+        .await
+        .unwrap();
+}
+
+/// The key's `PTTL` in ms (-2: no such key, -1: no expiry).
+pub fn pttl(server: &RedisServer, key: &str) -> i64 {
+    server.command(&["PTTL", key]).parse().unwrap()
+}
+
+/// How often `command` (lower case) succeeded since the server started or the last RESETSTAT.
+pub fn command_calls(server: &RedisServer, command: &str) -> u64 {
+    let prefix = format!("cmdstat_{command}:");
+    let stats = server.command(&["INFO", "commandstats"]);
+    let Some(line) = stats
+        .lines()
+        .find_map(|line| line.strip_prefix(prefix.as_str()))
+    else {
+        return 0;
+    };
+    // `calls` counts the failed ones too, such as an EVALSHA answered NOSCRIPT.
+    let field = |name: &str| -> u64 {
+        line.split(',')
+            .find_map(|pair| pair.strip_prefix(name)?.strip_prefix('='))
+            .map_or(0, |n| n.parse().unwrap())
+    };
+    field("calls") - field("failed_calls")
+}
+
+/// How many lock scripts (all sent by `EVALSHA`) the server ran without an error.
+pub fn evalsha_calls(server: &RedisServer) -> u64 {
+    command_calls(server, "evalsha")
+}
+
+/// The unlock channel of the plain, fenced and spin locks named `name` (without a hash tag).
+pub fn lock_channel(name: &str) -> String {
+    format!("redisson_lock__channel:{{{name}}}")
+}
+
+/// How many connections the server counts as subscribed to `channel` (`PUBSUB NUMSUB`).
+pub fn subscribers(server: &RedisServer, channel: &str) -> u64 {
+    let reply = server.command(&["PUBSUB", "NUMSUB", channel]);
+    reply.lines().last().unwrap().parse().unwrap()
+}
+
+/// Whether the server has no subscribed channel at all.
+pub fn no_channels(server: &RedisServer) -> bool {
+    server.command(&["PUBSUB", "CHANNELS"]).is_empty()
+}
+
+/// Waits until the server confirms a subscription to `channel`.
+pub async fn subscribed(server: &RedisServer, channel: &str) {
+    eventually(
+        Duration::from_secs(10),
+        &format!("a subscriber of {channel}"),
+        || subscribers(server, channel) >= 1,
+    )
+    .await;
+}
+
+/// Waits until the server has run `calls` scripts in all (see [`evalsha_calls`]).
+pub async fn scripts_reach(server: &RedisServer, calls: u64) {
+    eventually(Duration::from_secs(10), &format!("{calls} scripts"), || {
+        evalsha_calls(server) >= calls
+    })
+    .await;
+}
+
+/// Waits until waiters on `channel` wait: subscribed, and `calls` scripts run (2 a waiter).
+pub async fn waiting(server: &RedisServer, channel: &str, calls: u64) {
+    // `calls` is an `evalsha_calls` reading from before the waiters started plus two a
+    // waiter: its first attempt, and its attempt after subscribing, made once it is
+    // registered for wake-ups. Exact only while no watchdog renews anything meanwhile.
+    subscribed(server, channel).await;
+    scripts_reach(server, calls).await;
+}
+
+/// Runs this binary's ignored test `test` in a child process, `var` set to the server's URL.
+pub fn spawn_test_process(test: &str, var: &str, server: &RedisServer) -> std::process::Child {
+    std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            test,
+            "--exact",
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(var, server.url())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap()
 }
 
 /// The script `lua/<name>.lua` as the crate sends it: the shared snippets its line in
