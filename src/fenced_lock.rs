@@ -17,7 +17,7 @@ use crate::guard::LockGuard;
 use crate::handle::{exclusive_lock, Handle};
 #[cfg(doc)]
 use crate::lock::Lock;
-use crate::lock::{release_call, Reentrant};
+use crate::lock::{force_release_call, release_call};
 use crate::owner::LockOwner;
 use crate::protocol::{read_taken, Protocol, Target};
 use crate::script::{Call, Script, FENCED_ACQUIRE};
@@ -162,7 +162,7 @@ impl Protocol for Fenced {
     }
 
     fn force_release(&self, lock: &Target) -> Call {
-        Reentrant.force_release(lock)
+        force_release_call(lock, true)
     }
 }
 

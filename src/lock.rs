@@ -70,12 +70,22 @@ impl Protocol for Reentrant {
     }
 
     fn force_release(&self, lock: &Target) -> Call {
-        Call::new(
-            &LOCK_FORCE_RELEASE,
-            &[&lock.keys.raw, &lock.keys.channel],
-            vec![Value::from(UNLOCK_MESSAGE), lock.publish()],
-        )
+        force_release_call(lock, true)
     }
+}
+
+/// `lua/lock_force_release.lua` (§3.6); `publish` as for [`release_call`].
+pub(crate) fn force_release_call(lock: &Target, publish: bool) -> Call {
+    let publish = if publish {
+        lock.publish()
+    } else {
+        Value::from("")
+    };
+    Call::new(
+        &LOCK_FORCE_RELEASE,
+        &[&lock.keys.raw, &lock.keys.channel],
+        vec![Value::from(UNLOCK_MESSAGE), publish],
+    )
 }
 
 /// `lua/lock_acquire.lua` (§3.2).

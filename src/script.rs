@@ -163,7 +163,6 @@ scripts! {
     FAIR_RELEASE => "fair_release" with "common", "release", "fair_queue",
     FAIR_FORCE_RELEASE => "fair_force_release" with "fair_queue",
     FENCED_ACQUIRE => "fenced_acquire" with "common",
-    SPIN_FORCE_RELEASE => "spin_force_release",
     READ_ACQUIRE => "read_acquire" with "common",
     READ_RELEASE => "read_release" with "common", "release",
     READ_FORCE_RELEASE => "read_force_release",

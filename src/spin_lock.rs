@@ -9,10 +9,10 @@ use crate::guard::LockGuard;
 use crate::handle::{exclusive_lock, Handle};
 #[cfg(doc)]
 use crate::lock::Lock;
-use crate::lock::{acquire_call, release_call};
+use crate::lock::{acquire_call, force_release_call, release_call};
 use crate::owner::LockOwner;
 use crate::protocol::{Protocol, Target};
-use crate::script::{Call, SPIN_FORCE_RELEASE};
+use crate::script::Call;
 use crate::wait::{Backoff, Wait, WaitStrategy};
 
 /// A reentrant distributed lock without pub/sub: waiters poll with a back-off, and releases
@@ -94,6 +94,6 @@ impl Protocol for Spin {
     }
 
     fn force_release(&self, lock: &Target) -> Call {
-        Call::new(&SPIN_FORCE_RELEASE, &[&lock.keys.raw], Vec::new())
+        force_release_call(lock, false)
     }
 }
