@@ -264,12 +264,12 @@ impl Handle {
         self.check_name()?;
         let lock = &self.lock;
         lock.engine.check_open()?;
-        let count: Option<i64> = lock
-            .engine
-            .redis
-            .hget(&*lock.keys.raw, &*lock.kind.field(owner))
-            .await
-            .map_err(|e| map_redis_error(e, &lock.name))?;
+        let field = lock.kind.field(owner);
+        let count = lock
+            .query_key(
+                |redis, key| async move { redis.hget::<Option<i64>, _, _>(&*key, &*field).await },
+            )
+            .await?;
         Ok(count.unwrap_or(0).max(0) as u64)
     }
 
@@ -304,12 +304,9 @@ impl Target {
     /// The key's PTTL now: `None` when it is gone, `Duration::MAX` when it never expires.
     pub(crate) async fn remaining_lease(&self) -> Result<Option<Duration>> {
         self.engine.check_open()?;
-        let pttl: i64 = self
-            .engine
-            .redis
-            .pttl(&*self.keys.raw)
-            .await
-            .map_err(|e| map_redis_error(e, &self.name))?;
+        let pttl = self
+            .query_key(|redis, key| async move { redis.pttl::<i64, _>(&*key).await })
+            .await?;
         Ok(match pttl {
             -2 => None,
             ms if ms < 0 => Some(Duration::MAX),

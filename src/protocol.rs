@@ -4,8 +4,10 @@
 //! replies mean, the field it holds, the channel its waiters listen on and how it is
 //! renewed.
 
+use std::future::Future;
 use std::sync::Arc;
 
+use fred::clients::Client;
 use fred::error::Error as RedisError;
 use fred::interfaces::HashesInterface;
 use fred::types::Value;
@@ -43,6 +45,21 @@ impl Target {
     /// The PUBLISH or SPUBLISH command the scripts must use.
     pub(crate) fn publish(&self) -> Value {
         Value::from(self.engine.publish_command())
+    }
+
+    /// Runs `query` on the lock's key; a key of another type becomes
+    /// [`Error::WrongType`](crate::Error::WrongType) naming the lock.
+    pub(crate) fn query_key<T, Fut>(
+        &self,
+        query: impl FnOnce(Client, Arc<str>) -> Fut,
+    ) -> BoxFuture<Result<T>>
+    where
+        T: Send + 'static,
+        Fut: Future<Output = Result<T, RedisError>> + Send + 'static,
+    {
+        let reply = query(self.engine.redis.clone(), self.keys.raw.clone());
+        let name = self.name.clone();
+        Box::pin(async move { reply.await.map_err(|e| map_redis_error(e, &name)) })
     }
 }
 
@@ -92,19 +109,9 @@ pub(crate) trait Protocol: Send + Sync + 'static {
 
     /// Whether anyone holds the lock in this kind's sense (a non-empty hash by default).
     fn is_locked(&self, lock: &Target) -> BoxFuture<Result<bool>> {
-        let (redis, name, key) = (
-            lock.engine.redis.clone(),
-            lock.name.clone(),
-            lock.keys.raw.clone(),
-        );
-        Box::pin(async move {
-            // HLEN, not EXISTS: a key of another type is an error, as for `hold_count`.
-            let fields: i64 = redis
-                .hlen(&*key)
-                .await
-                .map_err(|e| map_redis_error(e, &name))?;
-            Ok(fields > 0)
-        })
+        // HLEN, not EXISTS: a key of another type is an error, as for `hold_count`.
+        let fields = lock.query_key(|redis, key| async move { redis.hlen::<i64, _>(&*key).await });
+        Box::pin(async move { Ok(fields.await? > 0) })
     }
 
     /// For a kind whose waiters line up (the fair locks): takes `owner`'s place in the line

@@ -15,7 +15,7 @@ use fred::types::Value;
 
 use crate::attempt::{Attempt, Reply, Taken};
 use crate::engine::Engine;
-use crate::error::{map_redis_error, Error, Result};
+use crate::error::{Error, Result};
 use crate::guard::{Lease, LockGuard};
 use crate::handle::Handle;
 use crate::keys::{self, LockKeys, MODE_FIELD, READ_UNLOCK_MESSAGE, UNLOCK_MESSAGE, WRITE_MODE};
@@ -610,17 +610,9 @@ impl Protocol for Write {
     }
 
     fn is_locked(&self, lock: &Target) -> BoxFuture<Result<bool>> {
-        let (redis, name, key) = (
-            lock.engine.redis.clone(),
-            lock.name.clone(),
-            lock.keys.raw.clone(),
-        );
-        Box::pin(async move {
-            let mode: Option<String> = redis
-                .hget(&*key, MODE_FIELD)
-                .await
-                .map_err(|e| map_redis_error(e, &name))?;
-            Ok(mode.as_deref() == Some(WRITE_MODE))
-        })
+        let mode = lock.query_key(|redis, key| async move {
+            redis.hget::<Option<String>, _, _>(&*key, MODE_FIELD).await
+        });
+        Box::pin(async move { Ok(mode.await?.as_deref() == Some(WRITE_MODE)) })
     }
 }
