@@ -12,12 +12,13 @@ local function valid_ms(text)
     return text
 end
 
--- One more hold of `owner` (a re-entry, or a reader joining): the count grows by one and
--- the key lives at least `lease` ms from now, never less than before, since the owner's
--- other holds (or other readers) may need longer. Returns the new count.
-local function add_hold(key, owner, lease)
+-- One more hold of `owner` (a new hold, a re-entry, or a reader joining): the count grows
+-- by one and the key lives at least `lease` ms from now, never less than before, since the
+-- owner's other holds (or other readers) may need longer. `new_key`: the key did not exist,
+-- so its TTL is set without reading it. Returns the new count.
+local function add_hold(key, owner, lease, new_key)
     local count = redis.call('hincrby', key, owner, 1)
-    if redis.call('pttl', key) < tonumber(lease) then
+    if new_key or redis.call('pttl', key) < tonumber(lease) then
         redis.call('pexpire', key, lease)
     end
     return count

@@ -17,8 +17,9 @@
 -- reset or deleted here or by any release.
 local key, counter = KEYS[1], KEYS[2]
 local lease, owner = valid_ms(ARGV[1]), ARGV[2]
-if redis.call('exists', key) == 0 or redis.call('hexists', key, owner) == 1 then
+local free = redis.call('exists', key) == 0
+if free or redis.call('hexists', key, owner) == 1 then
     local token = redis.call('incr', counter)
-    return {1, add_hold(key, owner, lease), token}
+    return {1, add_hold(key, owner, lease, free), token}
 end
 return {0, redis.call('pttl', key)}

@@ -228,7 +228,8 @@ impl LockGuard {
     /// exists, is no longer renewed and frees itself when its lease runs out.
     pub fn unlock(mut self) -> impl Future<Output = Result<()>> + Send + 'static {
         self.active = false;
-        Finishing::new(self.release())
+        let release = self.release();
+        Finishing::new(async move { release?.await })
     }
 
     /// Gives up the guard but keeps the hold (and its watchdog renewal); release it later
@@ -277,28 +278,27 @@ impl LockGuard {
         self.token
     }
 
-    /// Gives up this guard's part and returns the release it calls for: none (`NotHeld` at
-    /// once) when the hold is already known to be lost, since whatever the owner holds now
-    /// is a newer hold, not this one.
-    fn release(&mut self) -> impl Future<Output = Result<()>> + Send + 'static {
-        let leaving = self.renewal.finish();
-        let (lock, owner, lease_ms) = (self.lock.clone(), self.owner.clone(), self.lease_ms);
-        async move {
-            let not_held = || Error::not_held(&lock.name, &owner);
-            let Some(Leaving {
-                generation,
-                keep_alive,
-            }) = leaving
-            else {
-                return Err(not_held());
-            };
-            // Long enough for the owner's other holds that this client knows of.
-            let lease_ms = keep_alive.map_or(lease_ms, millis);
+    /// Gives up this guard's part and returns the release it calls for, or `NotHeld` at once
+    /// when the hold is already known to be lost: whatever the owner holds now is a newer
+    /// hold, not this one, so nothing is sent.
+    fn release(&mut self) -> Result<impl Future<Output = Result<()>> + Send + 'static> {
+        let not_held = |lock: &Target, owner: &LockOwner| Error::not_held(&lock.name, owner);
+        let Some(Leaving {
+            generation,
+            keep_alive,
+        }) = self.renewal.finish()
+        else {
+            return Err(not_held(&self.lock, &self.owner));
+        };
+        let (lock, owner) = (self.lock.clone(), self.owner.clone());
+        // Long enough for the owner's other holds that this client knows of.
+        let lease_ms = keep_alive.map_or(self.lease_ms, millis);
+        Ok(async move {
             match release_settled(&lock, &owner, lease_ms, Some(generation), By::Guard).await? {
-                Released::NotHeld => Err(not_held()),
+                Released::NotHeld => Err(not_held(&lock, &owner)),
                 Released::Partly | Released::Fully => Ok(()),
             }
-        }
+        })
     }
 }
 
@@ -307,8 +307,10 @@ impl Drop for LockGuard {
         if !self.active {
             return;
         }
+        let Ok(release) = self.release() else {
+            return;
+        };
         let name = self.lock.name.clone();
-        let release = self.release();
         release_in_background(async move {
             match release.await {
                 Ok(()) | Err(Error::NotHeld { .. }) => {}
