@@ -104,7 +104,7 @@ async fn take_holds(client: &LockClient, prefix: &str, n: usize) -> Vec<LockGuar
                 let owner = client.new_owner();
                 let mut guards = Vec::new();
                 for i in (t..n).step_by(TASKS) {
-                    let lock = client.lock(&format!("{prefix}{i}"));
+                    let lock = client.lock(&format!("{prefix}{i}")).unwrap();
                     guards.push(lock.lock(&owner).await.unwrap());
                 }
                 guards
@@ -272,7 +272,7 @@ fn watchdog_10k(rt: &Runtime, server: &RedisServer, args: &Args) {
         let locks: Vec<_> = (0..TASKS)
             .map(|i| {
                 (
-                    client.lock(&format!("bench:wd:warm:{i}")),
+                    client.lock(&format!("bench:wd:warm:{i}")).unwrap(),
                     client.new_owner(),
                 )
             })
@@ -447,8 +447,14 @@ fn fair_handoff(rt: &Runtime, (a, b): (&LockClient, &LockClient), bare: &Bare, a
     }
     print_load("before fair_handoff");
     let busy = rt.block_on(bare.busy_lock());
-    let (fair_a, fair_b) = (a.fair_lock("bench:fair"), b.fair_lock("bench:fair"));
-    let (plain_a, plain_b) = (a.lock("bench:kinds:handoff"), b.lock("bench:kinds:handoff"));
+    let (fair_a, fair_b) = (
+        a.fair_lock("bench:fair").unwrap(),
+        b.fair_lock("bench:fair").unwrap(),
+    );
+    let (plain_a, plain_b) = (
+        a.lock("bench:kinds:handoff").unwrap(),
+        b.lock("bench:kinds:handoff").unwrap(),
+    );
     let target_samples = if args.full { 2_000 } else { 32 };
     for n in [4, 16] {
         let (mut fair, mut plain, mut trips, mut out_of_order) = (vec![], vec![], vec![], 0);
@@ -496,7 +502,10 @@ fn fair_handoff(rt: &Runtime, (a, b): (&LockClient, &LockClient), bare: &Bare, a
         Duration::from_millis(300)
     };
     let hold = Duration::from_millis(1);
-    let fair_c = (a.fair_lock("bench:fairness"), b.fair_lock("bench:fairness"));
+    let fair_c = (
+        a.fair_lock("bench:fairness").unwrap(),
+        b.fair_lock("bench:fairness").unwrap(),
+    );
     let (before, results, after) = rt.block_on(async {
         let before = bare.round_trips(&busy, 300).await;
         let results = fair_contention([&fair_c.0, &fair_c.1], [a, b], run, hold).await;
@@ -575,7 +584,7 @@ fn read_throughput(c: &mut Criterion, rt: &Runtime, ours: &LockClient, bare: &Ba
     group.sample_size(20);
     group.warm_up_time(Duration::from_secs(1));
     group.measurement_time(Duration::from_secs(4));
-    let rw = ours.read_write_lock("bench:rw");
+    let rw = ours.read_write_lock("bench:rw").unwrap();
     let readers: Vec<_> = (0..TASKS).map(|_| (rw.clone(), ours.new_owner())).collect();
     let measured = Cell::new(false); // false in test mode (one iteration) or when filtered out
     group.bench_function("redisson_lock_read_one_name", |b| {
@@ -585,7 +594,12 @@ fn read_throughput(c: &mut Criterion, rt: &Runtime, ours: &LockClient, bare: &Ba
         })
     });
     let plain: Vec<_> = (0..TASKS)
-        .map(|i| (ours.lock(&format!("bench:rt:p64:{i}")), ours.new_owner()))
+        .map(|i| {
+            (
+                ours.lock(&format!("bench:rt:p64:{i}")).unwrap(),
+                ours.new_owner(),
+            )
+        })
         .collect();
     group.bench_function("redisson_lock_plain_own_locks", |b| {
         b.to_async(rt)
@@ -635,7 +649,10 @@ async fn plain_contention(
     let count = Arc::new(AtomicU64::new(0));
     let tasks: Vec<_> = (0..16)
         .map(|i| {
-            let (lock, owner) = (clients[i % 2].lock(name), clients[i % 2].new_owner());
+            let (lock, owner) = (
+                clients[i % 2].lock(name).unwrap(),
+                clients[i % 2].new_owner(),
+            );
             let (order, count) = (order.clone(), count.clone());
             tokio::spawn(async move {
                 while count.load(Ordering::Relaxed) < total as u64 {
@@ -670,7 +687,7 @@ fn commands_per_acquisition(
     let per = |calls: u64, n: usize| calls as f64 / n as f64;
     // References, one task, uncontended: ours, and the bare two scripts.
     let solo_ops = if args.full { 1_000 } else { 50 };
-    let (lock, owner) = (a.lock("bench:cmds:solo"), a.new_owner());
+    let (lock, owner) = (a.lock("bench:cmds:solo").unwrap(), a.new_owner());
     let bare_lock = bare.lock("bench:bare:cmds:solo", "1");
     rt.block_on(ours_sequential(&lock, &owner, 10));
     std::thread::sleep(settle);
@@ -802,8 +819,12 @@ fn multi_lock(c: &mut Criterion, rt: &Runtime, args: &Args) {
     let mut setups = Vec::new();
     let measured = Cell::new(false);
     for n in [3, 5] {
-        let multi = clients[0].multi_lock(clients[..n].iter().map(|c| c.lock("bench:multi")));
-        let red = clients[0].red_lock(clients[..n].iter().map(|c| c.lock("bench:red")));
+        let multi = clients[0]
+            .multi_lock(clients[..n].iter().map(|c| c.lock("bench:multi").unwrap()))
+            .unwrap();
+        let red = clients[0]
+            .red_lock(clients[..n].iter().map(|c| c.lock("bench:red").unwrap()))
+            .unwrap();
         let bare: Vec<_> = (bares[..n].iter())
             .map(|b| (b.clone(), b.lock("bench:bare:multi", "1")))
             .collect();

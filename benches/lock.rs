@@ -38,7 +38,7 @@ fn uncontended(c: &mut Criterion, rt: &Runtime, ours: &LockClient, bare: &Bare) 
     group.throughput(Throughput::Elements(1));
     group.warm_up_time(Duration::from_secs(1));
     group.measurement_time(Duration::from_secs(5));
-    let (lock, owner) = (ours.lock("bench:uncontended"), ours.new_owner());
+    let (lock, owner) = (ours.lock("bench:uncontended").unwrap(), ours.new_owner());
     let measured = Cell::new(false); // false in test mode (one iteration) or when filtered out
     group.bench_function("redisson_lock", |b| {
         b.to_async(rt).iter_custom(|iters| {
@@ -74,7 +74,12 @@ fn parallel(c: &mut Criterion, rt: &Runtime, ours: &LockClient, bare: &Bare) {
     group.warm_up_time(Duration::from_secs(1));
     group.measurement_time(Duration::from_secs(5));
     let ours: Vec<_> = (0..TASKS)
-        .map(|i| (ours.lock(&format!("bench:p64:{i}")), ours.new_owner()))
+        .map(|i| {
+            (
+                ours.lock(&format!("bench:p64:{i}")).unwrap(),
+                ours.new_owner(),
+            )
+        })
         .collect();
     let measured = Cell::new(false);
     group.bench_function("redisson_lock", |b| {
@@ -144,7 +149,10 @@ fn handoff(c: &mut Criterion, rt: &Runtime, (a, b): (&LockClient, &LockClient), 
     // Held by someone else for the whole group: round trips run the acquire script on it.
     let busy = rt.block_on(bare.busy_lock());
 
-    let (lock_a, lock_b) = (a.lock("bench:handoff"), b.lock("bench:handoff"));
+    let (lock_a, lock_b) = (
+        a.lock("bench:handoff").unwrap(),
+        b.lock("bench:handoff").unwrap(),
+    );
     let owners = (a.new_owner(), b.new_owner());
     let (ours, trips_between) = (Samples::default(), Samples::default());
     group.bench_function("redisson_lock", |bencher| {

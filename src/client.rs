@@ -79,9 +79,11 @@ impl LockClient {
 
     /// A handle on the reentrant lock `name` (Redisson's `getLock(name)`). No I/O.
     ///
-    /// The client's name prefix is put in front of `name` to form the Redis key. An empty
-    /// name is refused by the handle's methods with [`Error::InvalidArgument`].
-    pub fn lock(&self, name: &str) -> Lock {
+    /// The client's name prefix is put in front of `name` to form the Redis key.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for an empty name (so is every constructor below).
+    pub fn lock(&self, name: &str) -> Result<Lock> {
         Lock::new(self.engine.clone(), name)
     }
 
@@ -91,7 +93,7 @@ impl LockClient {
     /// [`FairLock`]. Names are formed as for [`lock`](LockClient::lock). A fair lock and a
     /// reentrant lock of the same name share the same hold: do not mix the two kinds on one
     /// name, as the reentrant one ignores the queue.
-    pub fn fair_lock(&self, name: &str) -> FairLock {
+    pub fn fair_lock(&self, name: &str) -> Result<FairLock> {
         FairLock::new(self.engine.clone(), name)
     }
 
@@ -100,7 +102,7 @@ impl LockClient {
     /// Many readers or one writer, Java clients included; see [`ReadWriteLock`] for the
     /// policy. Names are formed as for [`lock`](LockClient::lock). Do not use the name for
     /// another kind of lock: the read-write lock keeps a `mode` field in the same hash.
-    pub fn read_write_lock(&self, name: &str) -> ReadWriteLock {
+    pub fn read_write_lock(&self, name: &str) -> Result<ReadWriteLock> {
         ReadWriteLock::new(self.engine.clone(), name)
     }
 
@@ -110,7 +112,7 @@ impl LockClient {
     /// before, that the protected resource can check; see [`FencedLock`]. Names are formed
     /// as for [`lock`](LockClient::lock); it shares its hold with a [`Lock`] of the same
     /// name.
-    pub fn fenced_lock(&self, name: &str) -> FencedLock {
+    pub fn fenced_lock(&self, name: &str) -> Result<FencedLock> {
         FencedLock::new(self.engine.clone(), name)
     }
 
@@ -119,7 +121,7 @@ impl LockClient {
     /// A reentrant lock without pub/sub: waiters poll by a back-off and releases publish
     /// nothing; see [`SpinLock`]. Names are formed as for [`lock`](LockClient::lock); it
     /// shares its hold with a [`Lock`] of the same name.
-    pub fn spin_lock(&self, name: &str) -> SpinLock {
+    pub fn spin_lock(&self, name: &str) -> Result<SpinLock> {
         SpinLock::new(self.engine.clone(), name)
     }
 
@@ -129,7 +131,7 @@ impl LockClient {
     /// A second acquisition by the holder fails with [`Error::WouldDeadlock`]; see
     /// [`NonReentrantLock`]. Names are formed as for [`lock`](LockClient::lock); it shares
     /// its hold with a [`Lock`] of the same name.
-    pub fn non_reentrant_lock(&self, name: &str) -> NonReentrantLock {
+    pub fn non_reentrant_lock(&self, name: &str) -> Result<NonReentrantLock> {
         NonReentrantLock::new(self.engine.clone(), name)
     }
 
@@ -138,7 +140,7 @@ impl LockClient {
     ///
     /// A [`FairLock`] whose holder gets [`Error::WouldDeadlock`] when it asks again; see
     /// [`NonReentrantFairLock`]. Names are formed as for [`lock`](LockClient::lock).
-    pub fn non_reentrant_fair_lock(&self, name: &str) -> NonReentrantFairLock {
+    pub fn non_reentrant_fair_lock(&self, name: &str) -> Result<NonReentrantFairLock> {
         NonReentrantFairLock::new(self.engine.clone(), name)
     }
 
@@ -148,13 +150,16 @@ impl LockClient {
     pub fn multi_lock(
         &self,
         members: impl IntoIterator<Item = impl Into<MultiMember>>,
-    ) -> MultiLock {
+    ) -> Result<MultiLock> {
         MultiLock::new(members)
     }
 
     /// A majority of locks on independent servers (Redisson's deprecated `getRedLock`); see
     /// [`RedLock`] for why a [`FencedLock`] is usually the better choice. No I/O.
-    pub fn red_lock(&self, members: impl IntoIterator<Item = impl Into<MultiMember>>) -> RedLock {
+    pub fn red_lock(
+        &self,
+        members: impl IntoIterator<Item = impl Into<MultiMember>>,
+    ) -> Result<RedLock> {
         RedLock::new(members)
     }
 

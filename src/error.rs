@@ -42,8 +42,10 @@ pub enum Error {
     #[error("{0}")]
     WouldDeadlock(Cow<'static, str>),
 
-    /// An argument was rejected before anything was sent: an empty name, a zero lease, a
-    /// duration too large to express in milliseconds, or a bad configuration value.
+    /// An argument was rejected where it was given, before anything was sent: an empty
+    /// lock name or member list, a fixed lease under 1 ms or over
+    /// [`Lease::MAX_FIXED`](crate::Lease::MAX_FIXED), a wait too long to represent, or a bad
+    /// configuration value.
     #[error("invalid argument: {0}")]
     InvalidArgument(Cow<'static, str>),
 

@@ -7,7 +7,6 @@ use std::sync::Arc;
 
 use fred::types::Value;
 
-use crate::engine::Engine;
 use crate::error::Error;
 #[cfg(doc)]
 use crate::guard::LockGuard;
@@ -58,7 +57,7 @@ use crate::wait::Wait;
 /// # async fn demo() -> redisson_lock::Result<()> {
 /// let client = redisson_lock::LockClient::connect("redis://127.0.0.1:6379").await?;
 /// let me = client.new_owner();
-/// let lock = client.fair_lock("printer");
+/// let lock = client.fair_lock("printer")?;
 /// let guard = lock.lock(&me).await?; // after everyone who asked before
 /// guard.unlock().await?;
 /// # Ok(()) }
@@ -68,19 +67,7 @@ pub struct FairLock {
     inner: Handle,
 }
 
-exclusive_lock!(FairLock, crate::guard::LockGuard, std::convert::identity);
-
-impl FairLock {
-    pub(crate) fn new(engine: Arc<Engine>, name: &str) -> FairLock {
-        FairLock {
-            inner: Handle::new(engine, name, Fair),
-        }
-    }
-
-    pub(crate) fn into_handle(self) -> Handle {
-        self.inner
-    }
-}
+exclusive_lock!(FairLock, Fair);
 
 /// `RFairLock`'s protocol (§4).
 pub(crate) struct Fair;

@@ -3,7 +3,6 @@
 //! from `redisson_lock_token:{name}` with every hold.
 
 use std::future::Future;
-use std::sync::Arc;
 use std::time::Duration;
 
 use fred::error::Error as RedisError;
@@ -11,7 +10,6 @@ use fred::types::Value;
 
 use crate::attempt::Attempt;
 use crate::attempt::Taken;
-use crate::engine::Engine;
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
 use crate::handle::{exclusive_lock, Handle};
@@ -71,7 +69,7 @@ use crate::wait::Wait;
 /// let mut storage = Storage { highest_token: 0, contents: String::new() };
 /// let client = redisson_lock::LockClient::connect("redis://127.0.0.1:6379").await?;
 /// let me = client.new_owner();
-/// let lock = client.fenced_lock("storage");
+/// let lock = client.fenced_lock("storage")?;
 ///
 /// let guard = lock.lock(&me).await?;
 /// // Send the token with every write; the resource does the check.
@@ -103,19 +101,9 @@ pub struct FencedLock {
     inner: Handle,
 }
 
-exclusive_lock!(FencedLock, FencedGuard, FencedGuard::new);
+exclusive_lock!(FencedLock, Fenced, FencedGuard, FencedGuard::new);
 
 impl FencedLock {
-    pub(crate) fn new(engine: Arc<Engine>, name: &str) -> FencedLock {
-        FencedLock {
-            inner: Handle::new(engine, name, Fenced),
-        }
-    }
-
-    pub(crate) fn into_handle(self) -> Handle {
-        self.inner
-    }
-
     /// The current value of the token counter: the token of the latest acquisition, or 0
     /// when the lock was never taken (Redisson's `getToken`). A [`FencedGuard`]'s
     /// [`token`](FencedGuard::token) is the token of its own acquisition.

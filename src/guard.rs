@@ -20,39 +20,65 @@ use crate::script::BoxFuture;
 use crate::time::{lease_end, millis};
 use crate::watchdog::{HoldKey, Leaving, LostSignal, Ticket};
 
-/// How long a hold lasts without being released.
+/// How long a hold lasts without being released: renewed by the watchdog, or a fixed
+/// time. A `Lease` is checked when it is made, so every value is one the scripts accept.
 ///
 /// # Default
-/// [`Lease::Watchdog`], as Redisson's `lock()` without a lease time.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum Lease {
-    /// The hold gets the client's `watchdog_timeout` (30 s by default) and the client's
-    /// watchdog renews it every third of that for as long as the guard lives. If the process
-    /// dies, the lock frees itself within `watchdog_timeout`.
-    #[default]
-    Watchdog,
-    /// The hold expires after this long, unless released earlier. It is never renewed:
-    /// after it runs out another owner may take the lock while this one still works.
-    Fixed(Duration),
+/// [`Lease::WATCHDOG`], as Redisson's `lock()` without a lease time.
+#[derive(Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct Lease {
+    /// `None` for the watchdog lease.
+    fixed: Option<Duration>,
 }
 
 impl Lease {
+    /// The hold gets the client's `watchdog_timeout` (30 s by default) and the client's
+    /// watchdog renews it every third of that for as long as the guard lives. If the process
+    /// dies, the lock frees itself within `watchdog_timeout`.
+    pub const WATCHDOG: Lease = Lease { fixed: None };
+
     /// The longest fixed lease: 2^53 − 1 ms (about 285,000 years), the largest whole number
-    /// the scripts handle exactly. Use [`Lease::Watchdog`] to hold without a time limit.
+    /// the scripts handle exactly. Use [`Lease::WATCHDOG`] to hold without a time limit.
     pub const MAX_FIXED: Duration = Duration::from_millis((1 << 53) - 1);
 
-    /// The lease in milliseconds as the scripts take it.
-    pub(crate) fn millis(self, engine: &Engine) -> Result<i64> {
-        match self {
-            Lease::Watchdog => Ok(millis(engine.settings.watchdog_timeout)),
-            Lease::Fixed(lease) if lease < Duration::from_millis(1) => Err(Error::invalid(
+    /// A hold that expires after `lease` unless released earlier (Redisson's `leaseTime`).
+    /// It is never renewed: after it runs out another owner may take the lock while this one
+    /// still works. Counted in whole milliseconds.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] when `lease` is under one millisecond or longer than
+    /// [`MAX_FIXED`](Lease::MAX_FIXED).
+    pub fn fixed(lease: Duration) -> Result<Lease> {
+        if lease < Duration::from_millis(1) {
+            Err(Error::invalid(
                 "a fixed lease must be at least one millisecond",
-            )),
-            Lease::Fixed(lease) if lease > Lease::MAX_FIXED => Err(Error::invalid(
+            ))
+        } else if lease > Lease::MAX_FIXED {
+            Err(Error::invalid(
                 "a fixed lease must be at most Lease::MAX_FIXED (2^53 - 1 ms); \
-                 use Lease::Watchdog to hold without a time limit",
-            )),
-            Lease::Fixed(lease) => Ok(millis(lease)),
+                 use Lease::WATCHDOG to hold without a time limit",
+            ))
+        } else {
+            Ok(Lease { fixed: Some(lease) })
+        }
+    }
+
+    /// The fixed lease's duration; `None` for [`Lease::WATCHDOG`].
+    pub fn fixed_duration(self) -> Option<Duration> {
+        self.fixed
+    }
+
+    /// The lease in milliseconds as the scripts take it.
+    pub(crate) fn millis(self, engine: &Engine) -> i64 {
+        millis(self.fixed.unwrap_or(engine.settings.watchdog_timeout))
+    }
+}
+
+impl fmt::Debug for Lease {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.fixed {
+            None => f.write_str("Lease::WATCHDOG"),
+            Some(lease) => write!(f, "Lease::fixed({lease:?})"),
         }
     }
 }
@@ -78,10 +104,9 @@ impl Renewal {
         sent_at: Instant,
         new_hold: bool,
     ) -> Renewal {
-        let ends = match lease {
-            Lease::Watchdog => None,
-            Lease::Fixed(lease) => Some(lease_end(sent_at, lease)),
-        };
+        let ends = lease
+            .fixed_duration()
+            .map(|lease| lease_end(sent_at, lease));
         let (ticket, lost) = engine.watchdog.register(hold, sent_at, ends, new_hold);
         Renewal {
             engine: engine.clone(),

@@ -35,19 +35,25 @@ pub(crate) struct Handle {
 
 impl Handle {
     /// `name` is the user's name; the client's prefix is applied here.
-    pub(crate) fn new(engine: Arc<Engine>, name: &str, kind: impl Protocol) -> Handle {
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for an empty name.
+    pub(crate) fn new(engine: Arc<Engine>, name: &str, kind: impl Protocol) -> Result<Handle> {
+        if name.is_empty() {
+            return Err(Error::invalid("a lock name must not be empty"));
+        }
         let raw = format!("{}{name}", engine.settings.name_prefix);
         let wait = kind.default_wait();
-        Handle {
+        Ok(Handle {
             lock: Arc::new(Target {
                 engine,
                 name: name.into(),
                 keys: LockKeys::new(&raw),
                 kind: Box::new(kind),
             }),
-            lease: Lease::Watchdog,
+            lease: Lease::WATCHDOG,
             wait,
-        }
+        })
     }
 
     pub(crate) fn with_lease(mut self, lease: Lease) -> Handle {
@@ -123,10 +129,9 @@ impl Handle {
 
     /// Takes a hold for `owner`, waiting as `wait` says: `Ok(None)` when the wait ran out.
     pub(crate) async fn acquire(&self, owner: &LockOwner, wait: Wait) -> Result<Option<LockGuard>> {
-        self.check_name()?;
         let engine = &self.lock.engine;
         engine.check_open()?;
-        let lease_ms = self.lease.millis(engine)?;
+        let lease_ms = self.lease.millis(engine);
         let deadline = match wait {
             Wait::Once => {
                 return Ok(match self.attempt(owner, lease_ms, wait, false).await? {
@@ -222,9 +227,8 @@ impl Handle {
     ) -> impl Future<Output = Result<()>> + Send + 'static {
         let (handle, owner) = (self.clone(), owner.clone());
         Finishing::new(async move {
-            handle.check_name()?;
             let lock = &handle.lock;
-            let lease_ms = handle.lease.millis(&lock.engine)?;
+            let lease_ms = handle.lease.millis(&lock.engine);
             let hold = lock.hold_key(&owner);
             let (generation, keep_alive) = lock.engine.watchdog.plan_unlock(&hold);
             let lease_ms = keep_alive.map_or(lease_ms, millis);
@@ -237,7 +241,6 @@ impl Handle {
 
     /// Frees the lock whoever holds it; `true` when it was held.
     pub(crate) async fn force_unlock(&self) -> Result<bool> {
-        self.check_name()?;
         let (lock, engine) = (&self.lock, &self.lock.engine);
         let registered = engine.watchdog.generations_of_key(&lock.keys.raw);
         let reply = engine
@@ -255,13 +258,11 @@ impl Handle {
     }
 
     pub(crate) async fn is_locked(&self) -> Result<bool> {
-        self.check_name()?;
         self.lock.engine.check_open()?;
         self.lock.kind.is_locked(&self.lock).await
     }
 
     pub(crate) async fn hold_count(&self, owner: &LockOwner) -> Result<u64> {
-        self.check_name()?;
         let lock = &self.lock;
         lock.engine.check_open()?;
         let field = lock.kind.field(owner);
@@ -274,13 +275,11 @@ impl Handle {
     }
 
     pub(crate) async fn remaining_lease(&self) -> Result<Option<Duration>> {
-        self.check_name()?;
         self.lock.remaining_lease().await
     }
 
     /// The integer stored at `key` (a missing key reads as 0).
     pub(crate) async fn read_counter(&self, key: &str) -> Result<u64> {
-        self.check_name()?;
         let engine = &self.lock.engine;
         engine.check_open()?;
         let value: Option<i64> = engine
@@ -289,14 +288,6 @@ impl Handle {
             .await
             .map_err(|e| map_redis_error(e, &self.lock.name))?;
         Ok(value.unwrap_or(0).max(0) as u64)
-    }
-
-    fn check_name(&self) -> Result<()> {
-        if self.lock.name.is_empty() {
-            Err(Error::invalid("a lock name must not be empty"))
-        } else {
-            Ok(())
-        }
     }
 }
 
@@ -316,14 +307,36 @@ impl Target {
 }
 
 /// Writes the public surface every exclusive lock kind shares, once, over a handle
-/// `struct $lock { inner: Handle }` whose holds are `$guard`s made from a [`LockGuard`] by
-/// `$wrap`. What differs by kind (how waiters line up, whether the holder may re-enter)
-/// is told in the kind's own type docs.
+/// `struct $lock { inner: Handle }` running `$protocol`, whose holds are `$guard`s made from
+/// a [`LockGuard`] by `$wrap`. What differs by kind (how waiters line up, whether the holder
+/// may re-enter) is told in the kind's own type docs. Without `$guard`, holds are plain
+/// [`LockGuard`]s.
 macro_rules! exclusive_lock {
-    ($lock:ident, $guard:ty, $wrap:expr) => {
+    ($lock:ident, $protocol:expr) => {
+        $crate::handle::exclusive_lock!(
+            $lock,
+            $protocol,
+            $crate::guard::LockGuard,
+            std::convert::identity
+        );
+    };
+    ($lock:ident, $protocol:expr, $guard:ty, $wrap:expr) => {
         impl $lock {
+            pub(crate) fn new(
+                engine: std::sync::Arc<$crate::engine::Engine>,
+                name: &str,
+            ) -> $crate::error::Result<$lock> {
+                Ok($lock {
+                    inner: $crate::handle::Handle::new(engine, name, $protocol)?,
+                })
+            }
+
+            pub(crate) fn into_handle(self) -> $crate::handle::Handle {
+                self.inner
+            }
+
             /// The same lock with another lease policy for the holds it takes from now on.
-            /// [`Lease::Fixed`](crate::Lease::Fixed) disables the watchdog for those holds.
+            /// A [fixed lease](crate::Lease::fixed) disables the watchdog for those holds.
             pub fn with_lease(self, lease: $crate::guard::Lease) -> $lock {
                 $lock {
                     inner: self.inner.with_lease(lease),
@@ -372,8 +385,7 @@ macro_rules! exclusive_lock {
             /// first attempt (while waiting, transient errors are retried until Redis has
             /// been unreachable for `watchdog_timeout`);
             /// [`Error::WrongType`](crate::Error::WrongType) when the lock's keys hold
-            /// another type; [`Error::InvalidArgument`](crate::Error::InvalidArgument) for
-            /// an empty name or a bad lease; [`Error::WouldDeadlock`](crate::Error::WouldDeadlock)
+            /// another type; [`Error::WouldDeadlock`](crate::Error::WouldDeadlock)
             /// where the kind refuses a second acquisition by the holder;
             /// [`Error::Closed`](crate::Error::Closed) after shutdown. When the connection
             /// fails while the acquire script is on the wire, the script may still have
@@ -456,8 +468,7 @@ macro_rules! exclusive_lock {
             /// renewal, when the holder is in this process or uses a watchdog).
             ///
             /// # Errors
-            /// [`Error::Redis`](crate::Error::Redis) when Redis cannot be reached;
-            /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) for an empty name.
+            /// [`Error::Redis`](crate::Error::Redis) when Redis cannot be reached.
             pub async fn force_unlock(&self) -> $crate::error::Result<bool> {
                 self.inner.force_unlock().await
             }

@@ -1,11 +1,8 @@
 //! The reentrant lock: Redisson's `RLock` (protocol §3), the base every hash-based kind
 //! shares: its acquire, release and force-release scripts.
 
-use std::sync::Arc;
-
 use fred::types::Value;
 
-use crate::engine::Engine;
 #[cfg(doc)]
 use crate::guard::LockGuard;
 use crate::handle::{exclusive_lock, Handle};
@@ -31,7 +28,7 @@ use crate::wait::Wait;
 /// # async fn demo() -> redisson_lock::Result<()> {
 /// let client = redisson_lock::LockClient::connect("redis://127.0.0.1:6379").await?;
 /// let me = client.new_owner();
-/// let lock = client.lock("orders:42");
+/// let lock = client.lock("orders:42")?;
 /// let guard = lock.lock(&me).await?;
 /// let again = lock.lock(&me).await?; // re-entered: hold count 2
 /// again.unlock().await?;
@@ -43,19 +40,7 @@ pub struct Lock {
     inner: Handle,
 }
 
-exclusive_lock!(Lock, crate::guard::LockGuard, std::convert::identity);
-
-impl Lock {
-    pub(crate) fn new(engine: Arc<Engine>, name: &str) -> Lock {
-        Lock {
-            inner: Handle::new(engine, name, Reentrant),
-        }
-    }
-
-    pub(crate) fn into_handle(self) -> Handle {
-        self.inner
-    }
-}
+exclusive_lock!(Lock, Reentrant);
 
 /// `RLock`'s protocol (§3).
 pub(crate) struct Reentrant;

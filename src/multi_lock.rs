@@ -93,9 +93,9 @@ enum Quorum {
 /// let east = LockClient::connect("redis://redis-east.internal:6379").await?;
 /// let west = LockClient::connect("redis://redis-west.internal:6379").await?;
 /// let accounts = east.multi_lock([
-///     MultiMember::from(east.lock("account:17")),
-///     west.fair_lock("account:42").into(),
-/// ]);
+///     MultiMember::from(east.lock("account:17")?),
+///     west.fair_lock("account:42")?.into(),
+/// ])?;
 /// let me = east.new_owner();
 /// let both = accounts.lock(&me).await?; // all members, or none
 /// // ... move money between the two accounts ...
@@ -129,24 +129,30 @@ pub struct RedLock {
 
 impl MultiLock {
     /// A multi-lock over `members`.
-    pub fn new(members: impl IntoIterator<Item = impl Into<MultiMember>>) -> MultiLock {
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] when `members` is empty.
+    pub fn new(members: impl IntoIterator<Item = impl Into<MultiMember>>) -> Result<MultiLock> {
         MultiLock::with_quorum(members, Quorum::All)
     }
 
     fn with_quorum(
         members: impl IntoIterator<Item = impl Into<MultiMember>>,
         quorum: Quorum,
-    ) -> MultiLock {
+    ) -> Result<MultiLock> {
         let mut members: Vec<Handle> = members.into_iter().map(|m| m.into().0).collect();
+        if members.is_empty() {
+            return Err(Error::invalid("a multi-lock needs at least one member"));
+        }
         members.sort_by(|a, b| {
             let (a_key, b_key) = (&a.target().keys.raw, &b.target().keys.raw);
             (a.server(), a_key).cmp(&(b.server(), b_key))
         });
-        MultiLock {
+        Ok(MultiLock {
             members,
-            lease: Lease::Watchdog,
+            lease: Lease::WATCHDOG,
             quorum,
-        }
+        })
     }
 
     /// The same multi-lock with another lease for the holds it takes (each member's lease).
@@ -171,8 +177,7 @@ impl MultiLock {
     /// reply arrives.
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] for an empty multi-lock, an empty member name or a bad
-    /// lease; [`Error::Closed`] once a member's client was shut down. A member that cannot be
+    /// [`Error::Closed`] once a member's client was shut down. A member that cannot be
     /// reached counts as not acquired (the attempt is repeated), as in Redisson.
     pub fn lock(
         &self,
@@ -247,10 +252,10 @@ impl MultiLock {
     /// The wait of one bounded attempt of `lock()` (Redisson's choice).
     fn attempt_wait(&self) -> Duration {
         let base = Duration::from_millis(1500) * self.members.len() as u32;
-        match self.lease {
-            Lease::Watchdog => base,
-            Lease::Fixed(lease) if lease <= base => between(lease / 2, lease),
-            Lease::Fixed(lease) => between(base, lease),
+        match self.lease.fixed_duration() {
+            None => base,
+            Some(lease) if lease <= base => between(lease / 2, lease),
+            Some(lease) => between(base, lease),
         }
     }
 
@@ -259,9 +264,6 @@ impl MultiLock {
     /// the wait lasts. A zero `wait` makes one pass.
     async fn acquire(&self, owner: &LockOwner, wait: Duration) -> Result<Option<MultiLockGuard>> {
         let n = self.members.len();
-        if n == 0 {
-            return Err(Error::invalid("a multi-lock needs at least one member"));
-        }
         let allowed_failures = n - self.needed();
         let start = Instant::now();
         let deadline = if wait.is_zero() {
@@ -315,9 +317,10 @@ impl MultiLock {
                 }
             }
             if !round_failed && taken.len() >= self.needed() {
-                let validity = match self.lease {
-                    Lease::Watchdog => None,
-                    Lease::Fixed(lease) => {
+                let fixed = self.lease.fixed_duration();
+                let validity = match fixed {
+                    None => None,
+                    Some(lease) => {
                         let drift = lease / 100 + Duration::from_millis(2);
                         match lease.checked_sub(start.elapsed() + drift) {
                             Some(left) if !left.is_zero() => Some(Instant::now() + left),
@@ -325,7 +328,7 @@ impl MultiLock {
                         }
                     }
                 };
-                if matches!(self.lease, Lease::Watchdog) || validity.is_some() {
+                if fixed.is_none() || validity.is_some() {
                     return Ok(Some(MultiLockGuard {
                         guards: taken,
                         needed: self.needed(),
@@ -344,10 +347,13 @@ impl MultiLock {
 
 impl RedLock {
     /// A RedLock over `members`, which should live on independent servers.
-    pub fn new(members: impl IntoIterator<Item = impl Into<MultiMember>>) -> RedLock {
-        RedLock {
-            inner: MultiLock::with_quorum(members, Quorum::Majority),
-        }
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] when `members` is empty.
+    pub fn new(members: impl IntoIterator<Item = impl Into<MultiMember>>) -> Result<RedLock> {
+        Ok(RedLock {
+            inner: MultiLock::with_quorum(members, Quorum::Majority)?,
+        })
     }
 
     /// The same RedLock with another lease for the holds it takes.
@@ -437,7 +443,7 @@ impl fmt::Debug for RedLock {
 enum Failure {
     /// Its server did not answer in time: counts as a member not acquired.
     Unreachable,
-    /// A mistake of the caller's (bad name, bad lease, shut-down client): stop.
+    /// A mistake of the caller's (a wait too long to represent, a shut-down client): stop.
     Fatal(Error),
 }
 

@@ -11,7 +11,6 @@ use fred::types::Value;
 
 use crate::attempt::Attempt;
 use crate::attempt::Taken;
-use crate::engine::Engine;
 use crate::error::{Error, Result};
 use crate::fair_lock::Fair;
 use crate::handle::{exclusive_lock, Handle};
@@ -42,7 +41,7 @@ use crate::watchdog::Renew;
 /// # async fn demo() -> redisson_lock::Result<()> {
 /// let client = redisson_lock::LockClient::connect("redis://127.0.0.1:6379").await?;
 /// let me = client.new_owner();
-/// let lock = client.non_reentrant_lock("import-job");
+/// let lock = client.non_reentrant_lock("import-job")?;
 /// let guard = lock.lock(&me).await?;
 /// assert!(matches!(
 ///     lock.try_lock(&me).await,
@@ -56,23 +55,7 @@ pub struct NonReentrantLock {
     inner: Handle,
 }
 
-exclusive_lock!(
-    NonReentrantLock,
-    crate::guard::LockGuard,
-    std::convert::identity
-);
-
-impl NonReentrantLock {
-    pub(crate) fn new(engine: Arc<Engine>, name: &str) -> NonReentrantLock {
-        NonReentrantLock {
-            inner: Handle::new(engine, name, NoReentry(Reentrant)),
-        }
-    }
-
-    pub(crate) fn into_handle(self) -> Handle {
-        self.inner
-    }
-}
+exclusive_lock!(NonReentrantLock, NoReentry(Reentrant));
 
 /// A fair lock (see [`FairLock`](crate::FairLock)) that an owner can hold only once: taking
 /// it again while holding it fails at once with [`Error::WouldDeadlock`]. Shared with
@@ -87,23 +70,7 @@ pub struct NonReentrantFairLock {
     inner: Handle,
 }
 
-exclusive_lock!(
-    NonReentrantFairLock,
-    crate::LockGuard,
-    std::convert::identity
-);
-
-impl NonReentrantFairLock {
-    pub(crate) fn new(engine: Arc<Engine>, name: &str) -> NonReentrantFairLock {
-        NonReentrantFairLock {
-            inner: Handle::new(engine, name, NoReentry(Fair)),
-        }
-    }
-
-    pub(crate) fn into_handle(self) -> Handle {
-        self.inner
-    }
-}
+exclusive_lock!(NonReentrantFairLock, NoReentry(Fair));
 
 /// A base kind whose acquire refuses a re-entry: its script gets the marker as its last
 /// argument (§8.2, §8.3) and replies it as an error, which becomes

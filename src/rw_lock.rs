@@ -60,7 +60,7 @@ use crate::watchdog::Renew;
 /// # async fn demo() -> redisson_lock::Result<()> {
 /// let client = redisson_lock::LockClient::connect("redis://127.0.0.1:6379").await?;
 /// let me = client.new_owner();
-/// let lock = client.read_write_lock("catalog");
+/// let lock = client.read_write_lock("catalog")?;
 /// let writing = lock.write(&me).await?;
 /// let reading = lock.read(&me).await?; // downgrade: a writer may also read
 /// writing.unlock().await?; // still read-locked by `reading`
@@ -74,11 +74,11 @@ pub struct ReadWriteLock {
 }
 
 impl ReadWriteLock {
-    pub(crate) fn new(engine: Arc<Engine>, name: &str) -> ReadWriteLock {
-        ReadWriteLock {
-            read: Handle::new(engine.clone(), name, Read),
-            write: Handle::new(engine, name, Write),
-        }
+    pub(crate) fn new(engine: Arc<Engine>, name: &str) -> Result<ReadWriteLock> {
+        Ok(ReadWriteLock {
+            read: Handle::new(engine.clone(), name, Read)?,
+            write: Handle::new(engine, name, Write)?,
+        })
     }
 
     /// The write side, as a multi-lock member.
@@ -87,7 +87,7 @@ impl ReadWriteLock {
     }
 
     /// The same lock with another lease policy for the holds it takes from now on, on both
-    /// sides. [`Lease::Fixed`] disables the watchdog for those holds.
+    /// sides. A [fixed lease](Lease::fixed) disables the watchdog for those holds.
     pub fn with_lease(self, lease: Lease) -> ReadWriteLock {
         ReadWriteLock {
             read: self.read.with_lease(lease),
@@ -121,9 +121,8 @@ impl ReadWriteLock {
     /// [`Error::Redis`](crate::Error::Redis) when Redis cannot be reached at the first
     /// attempt (while waiting, transient errors are retried until Redis has been
     /// unreachable for `watchdog_timeout`), [`Error::WrongType`](crate::Error::WrongType)
-    /// when the key is not a lock hash,
-    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) for an empty name or a bad
-    /// lease, [`Error::Closed`](crate::Error::Closed) after shutdown.
+    /// when the key is not a lock hash, [`Error::Closed`](crate::Error::Closed) after
+    /// shutdown.
     pub fn read(
         &self,
         owner: &LockOwner,
@@ -284,8 +283,7 @@ impl ReadWriteLock {
     /// hold the lock until their guards' [`lease_lost`](ReadGuard::lease_lost) fires.
     ///
     /// # Errors
-    /// [`Error::Redis`](crate::Error::Redis) when Redis cannot be reached;
-    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) for an empty name.
+    /// [`Error::Redis`](crate::Error::Redis) when Redis cannot be reached.
     pub async fn force_unlock_read(&self) -> Result<bool> {
         self.read.force_unlock().await
     }

@@ -1,9 +1,6 @@
 //! The spin lock: Redisson's `RSpinLock` (protocol §8.1): the reentrant lock's hold,
 //! waited for by back-off instead of pub/sub, released without a message.
 
-use std::sync::Arc;
-
-use crate::engine::Engine;
 #[cfg(doc)]
 use crate::guard::LockGuard;
 use crate::handle::{exclusive_lock, Handle};
@@ -42,7 +39,7 @@ use crate::wait::{Backoff, Wait, WaitStrategy};
 /// let client = redisson_lock::LockClient::connect("redis://127.0.0.1:6379").await?;
 /// let me = client.new_owner();
 /// let lock = client
-///     .spin_lock("report")
+///     .spin_lock("report")?
 ///     .with_backoff(Backoff::constant(Duration::from_millis(20)));
 /// if let Some(guard) = lock.try_lock_for(&me, Duration::from_secs(2)).await? {
 ///     guard.unlock().await?;
@@ -54,19 +51,9 @@ pub struct SpinLock {
     inner: Handle,
 }
 
-exclusive_lock!(SpinLock, crate::guard::LockGuard, std::convert::identity);
+exclusive_lock!(SpinLock, Spin);
 
 impl SpinLock {
-    pub(crate) fn new(engine: Arc<Engine>, name: &str) -> SpinLock {
-        SpinLock {
-            inner: Handle::new(engine, name, Spin),
-        }
-    }
-
-    pub(crate) fn into_handle(self) -> Handle {
-        self.inner
-    }
-
     /// The same lock with another back-off for the waits it makes from now on (the same as
     /// `with_wait_strategy(WaitStrategy::Spin(backoff))`).
     ///

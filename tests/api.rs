@@ -14,27 +14,29 @@ macro_rules! on_every_exclusive_kind {
     ($client:expr, $name:expr, |$lock:ident| $body:expr) => {{
         let c: &LockClient = $client;
         {
-            let $lock = c.lock(&format!("{}-plain", $name));
+            let $lock = c.lock(&format!("{}-plain", $name)).unwrap();
             $body
         }
         {
-            let $lock = c.fair_lock(&format!("{}-fair", $name));
+            let $lock = c.fair_lock(&format!("{}-fair", $name)).unwrap();
             $body
         }
         {
-            let $lock = c.fenced_lock(&format!("{}-fenced", $name));
+            let $lock = c.fenced_lock(&format!("{}-fenced", $name)).unwrap();
             $body
         }
         {
-            let $lock = c.spin_lock(&format!("{}-spin", $name));
+            let $lock = c.spin_lock(&format!("{}-spin", $name)).unwrap();
             $body
         }
         {
-            let $lock = c.non_reentrant_lock(&format!("{}-nr", $name));
+            let $lock = c.non_reentrant_lock(&format!("{}-nr", $name)).unwrap();
             $body
         }
         {
-            let $lock = c.non_reentrant_fair_lock(&format!("{}-nrf", $name));
+            let $lock = c
+                .non_reentrant_fair_lock(&format!("{}-nrf", $name))
+                .unwrap();
             $body
         }
     }};
@@ -47,9 +49,9 @@ async fn every_exclusive_kind_offers_the_same_methods() {
     let (me, other) = (c.new_owner(), c.new_owner());
     on_every_exclusive_kind!(&c, "uniform", |lock| {
         let lock = lock
-            .with_lease(Lease::Fixed(Duration::from_secs(30)))
+            .with_lease(Lease::fixed(Duration::from_secs(30)).unwrap())
             .with_wait_strategy(WaitStrategy::PubSub);
-        assert_eq!(lock.lease(), Lease::Fixed(Duration::from_secs(30)));
+        assert_eq!(lock.lease(), Lease::fixed(Duration::from_secs(30)).unwrap());
         assert_eq!(lock.wait_strategy(), WaitStrategy::PubSub);
         assert!(!lock.is_locked().await.unwrap(), "{}", lock.name());
         assert_eq!(lock.remaining_lease().await.unwrap(), None);
@@ -90,7 +92,8 @@ async fn read_write_guards_report_their_lease_and_either_mode_counts_as_locked()
     let me = c.new_owner();
     let lock = c
         .read_write_lock("rw-uniform")
-        .with_lease(Lease::Fixed(Duration::from_secs(30)));
+        .unwrap()
+        .with_lease(Lease::fixed(Duration::from_secs(30)).unwrap());
     assert!(!lock.is_locked().await.unwrap());
     let read = lock.read(&me).await.unwrap();
     assert!(lock.is_locked().await.unwrap());
@@ -108,17 +111,17 @@ async fn a_multi_lock_takes_members_of_every_exclusive_kind() {
     let server = RedisServer::start();
     let c = client(&server).await;
     let me = c.new_owner();
-    let rw = c.read_write_lock("m-rw");
+    let rw = c.read_write_lock("m-rw").unwrap();
     let members: Vec<MultiMember> = vec![
-        c.lock("m-plain").into(),
-        c.fair_lock("m-fair").into(),
-        c.fenced_lock("m-fenced").into(),
-        c.spin_lock("m-spin").into(),
-        (&c.non_reentrant_lock("m-nr")).into(),
-        c.non_reentrant_fair_lock("m-nrf").into(),
+        c.lock("m-plain").unwrap().into(),
+        c.fair_lock("m-fair").unwrap().into(),
+        c.fenced_lock("m-fenced").unwrap().into(),
+        c.spin_lock("m-spin").unwrap().into(),
+        (&c.non_reentrant_lock("m-nr").unwrap()).into(),
+        c.non_reentrant_fair_lock("m-nrf").unwrap().into(),
         MultiMember::write_side(&rw),
     ];
-    let multi = c.multi_lock(members);
+    let multi = c.multi_lock(members).unwrap();
     let guard = multi.lock(&me).await.unwrap();
     assert_eq!(guard.held(), 7);
     for name in [
@@ -140,7 +143,7 @@ async fn errors_name_the_lock_as_the_user_named_it() {
     let c = client_with(&server, |b| b.name_prefix("app:")).await;
     let me = c.new_owner();
     server.command(&["SET", "app:taken-by-a-string", "x"]);
-    let lock = c.lock("taken-by-a-string");
+    let lock = c.lock("taken-by-a-string").unwrap();
     for result in [
         lock.try_lock(&me).await.map(drop),
         lock.is_locked().await.map(drop),
@@ -151,7 +154,7 @@ async fn errors_name_the_lock_as_the_user_named_it() {
             other => panic!("expected WrongType, got {other:?}"),
         }
     }
-    match c.lock("free").unlock(&me).await {
+    match c.lock("free").unwrap().unlock(&me).await {
         Err(Error::NotHeld { name, .. }) => assert_eq!(name, "free"),
         other => panic!("expected NotHeld, got {other:?}"),
     }

@@ -11,7 +11,7 @@ async fn dropping_uncontended_acquires_mid_flight_leaves_no_hold() {
     let server = RedisServer::start();
     let c = client(&server).await;
     // A long lease: only the release of an orphaned hold can free the lock in time.
-    let lock = c.lock("cancel-free").with_lease(fixed(60_000));
+    let lock = c.lock("cancel-free").unwrap().with_lease(fixed(60_000));
     let mut acquired = 0;
     for i in 0..300 {
         let owner = c.new_owner();
@@ -35,6 +35,7 @@ async fn dropping_uncontended_acquires_mid_flight_leaves_no_hold() {
     let other = client(&server).await;
     let guard = other
         .lock("cancel-free")
+        .unwrap()
         .try_lock(&other.new_owner())
         .await
         .unwrap()
@@ -47,8 +48,8 @@ async fn dropping_waiters_at_every_stage_leaves_no_hold_and_no_subscription() {
     let server = RedisServer::start();
     let (holder_client, waiter_client) = (client(&server).await, client(&server).await);
     let long = fixed(60_000);
-    let lock = holder_client.lock("cancel-busy").with_lease(long);
-    let waiting = waiter_client.lock("cancel-busy").with_lease(long);
+    let lock = holder_client.lock("cancel-busy").unwrap().with_lease(long);
+    let waiting = waiter_client.lock("cancel-busy").unwrap().with_lease(long);
     let holder = holder_client.new_owner();
 
     for i in 0..60 {
@@ -80,7 +81,7 @@ async fn dropping_waiters_at_every_stage_leaves_no_hold_and_no_subscription() {
 async fn timeout_around_lock_is_safe_while_the_lock_is_held() {
     let server = RedisServer::start();
     let c = client(&server).await;
-    let lock = c.lock("cancel-timeout").with_lease(fixed(60_000));
+    let lock = c.lock("cancel-timeout").unwrap().with_lease(fixed(60_000));
     let guard = lock.lock(&c.new_owner()).await.unwrap();
     let waiter = c.new_owner();
     for _ in 0..5 {
@@ -103,7 +104,10 @@ async fn timeout_around_lock_is_safe_while_the_lock_is_held() {
 async fn a_reentrant_acquire_dropped_mid_flight_undoes_only_itself() {
     let server = RedisServer::start();
     let c = client(&server).await;
-    let lock = c.lock("cancel-reentrant").with_lease(fixed(30_000));
+    let lock = c
+        .lock("cancel-reentrant")
+        .unwrap()
+        .with_lease(fixed(30_000));
     let me = c.new_owner();
     let outer = lock.lock(&me).await.unwrap();
     for i in 0..100 {
@@ -129,7 +133,12 @@ async fn a_reentrant_acquire_dropped_mid_flight_undoes_only_itself() {
 async fn select_on_lease_lost_beside_the_work() {
     let server = RedisServer::start();
     let c = client(&server).await;
-    let guard = c.lock("select").lock(&c.new_owner()).await.unwrap();
+    let guard = c
+        .lock("select")
+        .unwrap()
+        .lock(&c.new_owner())
+        .await
+        .unwrap();
     server.command(&["DEL", "select"]); // someone breaks the lock
     let outcome = tokio::select! {
         _ = guard.lease_lost() => "stopped: lease lost",
@@ -144,7 +153,7 @@ async fn a_cancelled_unlock_still_releases_the_hold() {
     let c = client(&server).await;
     let me = c.new_owner();
     // A long lease: only the release itself can free the lock in time.
-    let lock = c.lock("cancel-unlock").with_lease(fixed(60_000));
+    let lock = c.lock("cancel-unlock").unwrap().with_lease(fixed(60_000));
     let free = || server.command(&["EXISTS", "cancel-unlock"]) == "0";
 
     // Dropped before its first poll.

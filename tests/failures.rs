@@ -14,7 +14,7 @@ async fn a_key_of_another_type_is_a_wrong_type_error_and_stays_untouched() {
     let server = RedisServer::start();
     let c = client(&server).await;
     server.command(&["SET", "not-a-lock", "payload"]);
-    let lock = c.lock("not-a-lock");
+    let lock = c.lock("not-a-lock").unwrap();
     let me = c.new_owner();
     for result in [
         lock.lock(&me).await.map(drop),
@@ -61,7 +61,7 @@ async fn queries_of_every_kind_on_a_key_of_another_type_are_wrong_type() {
     }
     let key = |kind: &str| format!("wrong-type:{kind}");
 
-    let lock = c.lock(&key("reentrant"));
+    let lock = c.lock(&key("reentrant")).unwrap();
     wrong_type(
         "reentrant is_locked",
         &key("reentrant"),
@@ -72,20 +72,20 @@ async fn queries_of_every_kind_on_a_key_of_another_type_are_wrong_type() {
         &key("reentrant"),
         lock.hold_count(&me).await,
     );
-    let fair = c.fair_lock(&key("fair"));
+    let fair = c.fair_lock(&key("fair")).unwrap();
     wrong_type("fair is_locked", &key("fair"), fair.is_locked().await);
     wrong_type("fair hold_count", &key("fair"), fair.hold_count(&me).await);
-    let fenced = c.fenced_lock(&key("fenced"));
+    let fenced = c.fenced_lock(&key("fenced")).unwrap();
     wrong_type("fenced is_locked", &key("fenced"), fenced.is_locked().await);
     wrong_type(
         "fenced hold_count",
         &key("fenced"),
         fenced.hold_count(&me).await,
     );
-    let spin = c.spin_lock(&key("spin"));
+    let spin = c.spin_lock(&key("spin")).unwrap();
     wrong_type("spin is_locked", &key("spin"), spin.is_locked().await);
     wrong_type("spin hold_count", &key("spin"), spin.hold_count(&me).await);
-    let non_reentrant = c.non_reentrant_lock(&key("non-reentrant"));
+    let non_reentrant = c.non_reentrant_lock(&key("non-reentrant")).unwrap();
     let k = key("non-reentrant");
     wrong_type(
         "non-reentrant is_locked",
@@ -97,14 +97,14 @@ async fn queries_of_every_kind_on_a_key_of_another_type_are_wrong_type() {
         &k,
         non_reentrant.hold_count(&me).await,
     );
-    let read = c.read_write_lock(&key("read"));
+    let read = c.read_write_lock(&key("read")).unwrap();
     wrong_type("is_read_locked", &key("read"), read.is_read_locked().await);
     wrong_type(
         "read_hold_count",
         &key("read"),
         read.read_hold_count(&me).await,
     );
-    let write = c.read_write_lock(&key("write"));
+    let write = c.read_write_lock(&key("write")).unwrap();
     wrong_type(
         "is_write_locked",
         &key("write"),
@@ -128,7 +128,7 @@ async fn queries_of_every_kind_on_a_key_of_another_type_are_wrong_type() {
 async fn scripts_are_reloaded_after_script_flush() {
     let server = RedisServer::start();
     let c = client(&server).await;
-    let lock = c.lock("flushed");
+    let lock = c.lock("flushed").unwrap();
     let me = c.new_owner();
     server.command(&["SCRIPT", "FLUSH"]);
     let guard = lock.lock(&me).await.unwrap();
@@ -161,7 +161,7 @@ async fn connecting_to_a_dead_server_fails_clearly() {
 async fn calls_fail_instead_of_hanging_while_redis_is_down() {
     let mut server = RedisServer::start();
     let c = client_with(&server, |b| b.command_timeout(Duration::from_millis(500))).await;
-    let lock = c.lock("down");
+    let lock = c.lock("down").unwrap();
     let me = c.new_owner();
     server.kill();
     // Failed long before the wait it was given.
@@ -180,7 +180,7 @@ async fn calls_fail_instead_of_hanging_while_redis_is_down() {
 async fn a_waiter_rides_out_a_redis_restart_and_acquires() {
     let mut server = RedisServer::start();
     let c = client(&server).await;
-    let lock = c.lock("restarted");
+    let lock = c.lock("restarted").unwrap();
     let holder = lock.lock(&c.new_owner()).await.unwrap();
     // The waiter takes a fixed 60 s lease: only its release can free the lock for the next.
     let waiter = tokio::spawn(lock.clone().with_lease(fixed(60_000)).lock(&c.new_owner()));
@@ -207,7 +207,12 @@ async fn a_waiter_rides_out_a_redis_restart_and_acquires() {
 async fn lease_lost_fires_when_redis_stays_unreachable() {
     let mut server = RedisServer::start();
     let c = client_with(&server, |b| b.command_timeout(Duration::from_millis(300))).await;
-    let guard = c.lock("unreachable").lock(&c.new_owner()).await.unwrap();
+    let guard = c
+        .lock("unreachable")
+        .unwrap()
+        .lock(&c.new_owner())
+        .await
+        .unwrap();
     // Right after a renewal, so the 900 ms lease has most of its time left at the kill.
     eventually(5 * SECOND, "a fresh renewal", || {
         pttl(&server, "unreachable") > 800
@@ -242,6 +247,7 @@ async fn holder_process() {
         .unwrap();
     let guard = client
         .lock("killed")
+        .unwrap()
         .lock(&client.new_owner())
         .await
         .unwrap();
@@ -279,7 +285,7 @@ async fn a_holder_killed_with_sigkill_frees_the_lock_after_the_watchdog_timeout(
     let guard = within(
         5 * SECOND,
         "lock after the kill",
-        c.lock("killed").lock(&c.new_owner()),
+        c.lock("killed").unwrap().lock(&c.new_owner()),
     )
     .await
     .unwrap();
@@ -300,7 +306,7 @@ async fn a_timed_wait_through_an_outage_ends_near_its_deadline() {
             .watchdog_timeout(Duration::from_secs(30))
     })
     .await;
-    let lock = c.lock("outage-deadline");
+    let lock = c.lock("outage-deadline").unwrap();
     // A short lease: the waiter looks again after 2 s, during the outage.
     let _holder = lock
         .clone()

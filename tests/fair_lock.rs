@@ -98,7 +98,11 @@ async fn queue_reaches(server: &RedisServer, name: &str, len: usize) {
 
 /// Takes `name` for a new owner of `c`, renewed by `c`'s watchdog: waiters see its short lease.
 async fn held_renewed(c: &LockClient, name: &str) -> LockGuard {
-    c.fair_lock(name).lock(&c.new_owner()).await.unwrap()
+    c.fair_lock(name)
+        .unwrap()
+        .lock(&c.new_owner())
+        .await
+        .unwrap()
 }
 
 /// The time left until the Unix time `ms` (zero once it has passed).
@@ -140,7 +144,7 @@ impl InOrder {
     /// Starts the next waiter, a new owner of `c`, and returns it once the server has it queued.
     async fn join(&mut self, server: &RedisServer, c: &LockClient, name: &str) -> LockOwner {
         let owner = c.new_owner();
-        let acquire = c.fair_lock(name).lock(&owner);
+        let acquire = c.fair_lock(name).unwrap().lock(&owner);
         let (number, taken) = (self.tasks.len() + 1, self.taken.clone());
         self.tasks.push(tokio::spawn(async move {
             let guard = acquire.await.expect("lock()");
@@ -190,7 +194,12 @@ async fn waiters_of_two_clients_get_the_lock_in_queue_order() {
     held.unlock().await.unwrap();
     assert_eq!(waiters.taken().await, [1, 2, 3, 4, 5, 6]);
     assert_no_queue(&server, name);
-    assert!(!clients[1].fair_lock(name).is_locked().await.unwrap());
+    assert!(!clients[1]
+        .fair_lock(name)
+        .unwrap()
+        .is_locked()
+        .await
+        .unwrap());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -198,7 +207,7 @@ async fn a_timed_out_waiter_leaves_at_once_and_moves_the_others_up() {
     let server = RedisServer::start();
     let c = client(&server).await;
     let name = "gives-up";
-    let lock = c.fair_lock(name);
+    let lock = c.fair_lock(name).unwrap();
     let held = held_30_s(&c, &lock).await;
 
     // Long enough for the others to queue behind it on a loaded machine.
@@ -254,7 +263,7 @@ async fn a_dropped_lock_future_leaves_the_queue_and_holds_nothing() {
     let server = RedisServer::start();
     let c = client(&server).await;
     let name = "dropped";
-    let lock = c.fair_lock(name);
+    let lock = c.fair_lock(name).unwrap();
     let held = held_30_s(&c, &lock).await;
 
     let dropped = c.new_owner();
@@ -303,7 +312,7 @@ async fn a_head_that_leaves_a_free_lock_wakes_the_next_waiter() {
     let server = RedisServer::start();
     let c = client(&server).await;
     let name = "head-leaves";
-    let lock = c.fair_lock(name);
+    let lock = c.fair_lock(name).unwrap();
     let held = held_30_s(&c, &lock).await;
     // A fixed lease: nothing renews, so the server's script count is the waiters' attempts.
     let before = evalsha_calls(&server);
@@ -336,7 +345,7 @@ async fn a_dead_waiter_ahead_delays_a_live_one_by_no_more_than_its_wait() {
     // A long wait: the live waiter's own deadline is 10 s past the dead one's.
     let c = client_with(&server, |b| b.fair_wait_timeout(10 * SECOND)).await;
     let name = "dead-waiter";
-    let lock = c.fair_lock(name);
+    let lock = c.fair_lock(name).unwrap();
     let held = held_30_s(&c, &lock).await;
 
     // What a Java waiter leaves behind when its process is killed while queued; far enough
@@ -374,7 +383,7 @@ async fn waiting_behind_a_dead_head_on_a_free_lock_backs_off_instead_of_spinning
     // A long wait: the live waiter's own deadline is 10 s past the dead one's.
     let c = client_with(&server, |b| b.fair_wait_timeout(10 * SECOND)).await;
     let name = "dead-head-free-lock";
-    let lock = c.fair_lock(name);
+    let lock = c.fair_lock(name).unwrap();
     let dead = java_owner(14);
     let dead_deadline = now_ms() + 1_000;
     enqueue_java(&server, name, &dead, dead_deadline);
@@ -403,7 +412,7 @@ async fn the_head_is_woken_on_its_own_channel_long_before_the_ttl() {
     let server = RedisServer::start();
     let c = client(&server).await;
     let name = "handoff";
-    let lock = c.fair_lock(name);
+    let lock = c.fair_lock(name).unwrap();
     let held = held_30_s(&c, &lock).await;
 
     // A fixed lease: nothing renews, so the server's script count is the waiter's attempts.
@@ -437,7 +446,7 @@ async fn a_hold_written_by_java_excludes_us() {
     let server = RedisServer::start();
     let c = client(&server).await;
     let name = "java-held";
-    let lock = c.fair_lock(name);
+    let lock = c.fair_lock(name).unwrap();
     let java = java_owner(7);
     server.command(&["HSET", name, &java, "1"]);
     server.command(&["PEXPIRE", name, "30000"]);
@@ -464,7 +473,7 @@ async fn a_java_waiter_ahead_is_honoured_and_a_java_unlock_message_wakes_us() {
     let server = RedisServer::start();
     let c = client(&server).await;
     let name = "java-queued";
-    let lock = c.fair_lock(name);
+    let lock = c.fair_lock(name).unwrap();
     let java = java_owner(8);
     let java_deadline = now_ms() + 10_000;
     enqueue_java(&server, name, &java, java_deadline);
@@ -508,7 +517,7 @@ async fn unlocks_tell_the_head_on_its_exact_channel_and_nobody_else() {
     let server = RedisServer::start();
     let c = client(&server).await;
     let name = "tells-head";
-    let lock = c.fair_lock(name).with_lease(fixed(30_000));
+    let lock = c.fair_lock(name).unwrap().with_lease(fixed(30_000));
     let mut messages = Listener::pattern(&server, "redisson_lock__channel*").await;
     let me = c.new_owner();
 
@@ -566,7 +575,7 @@ async fn acquire_failed_moves_only_the_waiters_behind_up() {
     let server = RedisServer::start();
     let c = client_with(&server, |b| b.fair_wait_timeout(Duration::from_secs(5))).await;
     let name = "acquire-failed-drift";
-    let lock = c.fair_lock(name).with_lease(fixed(30_000));
+    let lock = c.fair_lock(name).unwrap().with_lease(fixed(30_000));
     let owner = |id| LockOwner::from_parts(c.id(), id);
     let first = lock.try_lock(&owner(101)).await.unwrap().unwrap();
 
@@ -640,7 +649,7 @@ async fn deadlines_move_up_by_the_wait_of_each_waiter_that_acquires() {
     let server = RedisServer::start();
     let c = client_with(&server, |b| b.fair_wait_timeout(Duration::from_secs(5))).await;
     let name = "acquired-drift";
-    let lock = c.fair_lock(name).with_lease(fixed(300_000));
+    let lock = c.fair_lock(name).unwrap().with_lease(fixed(300_000));
     let owner = |id| LockOwner::from_parts(c.id(), id);
     let first = lock.try_lock(&owner(101)).await.unwrap().unwrap();
     let t102 = spawn_lock(&lock, &owner(102));
@@ -683,7 +692,7 @@ async fn a_failed_timed_try_does_not_delay_a_later_try() {
     let server = RedisServer::start();
     let c = client(&server).await;
     let name = "non-delayed";
-    let lock = c.fair_lock(name);
+    let lock = c.fair_lock(name).unwrap();
     let (t1, t2, main) = (c.new_owner(), c.new_owner(), c.new_owner());
     let held = lock.try_lock(&t1).await.unwrap().unwrap();
     assert!(lock
@@ -707,7 +716,7 @@ async fn try_lock_never_joins_the_queue() {
     let server = RedisServer::start();
     let c = client_with(&server, |b| b.fair_wait_timeout(Duration::from_millis(100))).await;
     let name = "no-wait";
-    let lock = c.fair_lock(name).with_lease(fixed(500));
+    let lock = c.fair_lock(name).unwrap().with_lease(fixed(500));
     let owner = |id| LockOwner::from_parts(c.id(), id);
 
     let first = lock.try_lock(&owner(101)).await.unwrap().unwrap();
@@ -756,7 +765,7 @@ async fn reentrancy_hold_count_and_is_locked() {
     let server = RedisServer::start();
     let c = client(&server).await;
     let name = "reentrant";
-    let lock = c.fair_lock(name).with_lease(fixed(30_000));
+    let lock = c.fair_lock(name).unwrap().with_lease(fixed(30_000));
     let (me, other) = (c.new_owner(), c.new_owner());
     assert!(!lock.is_locked().await.unwrap());
     assert_eq!(lock.remaining_lease().await.unwrap(), None);
@@ -804,7 +813,7 @@ async fn reentrancy_hold_count_and_is_locked() {
 async fn the_name_prefix_maps_the_queue_keys_too() {
     let server = RedisServer::start();
     let c = client_with(&server, |b| b.name_prefix("test::")).await;
-    let lock = c.fair_lock("lock");
+    let lock = c.fair_lock("lock").unwrap();
     let holder = lock.lock(&c.new_owner()).await.unwrap();
     assert!(lock.is_locked().await.unwrap());
     let waiter = c.new_owner();
@@ -828,7 +837,7 @@ async fn the_name_prefix_maps_the_queue_keys_too() {
 async fn a_queued_waiter_ends_during_a_write_pause_and_leaves_the_queue_after_it() {
     let server = RedisServer::start();
     let c = client_with(&server, |b| b.command_timeout(Duration::from_millis(500))).await;
-    let lock = c.fair_lock("paused");
+    let lock = c.fair_lock("paused").unwrap();
     // The waiters sleep until the holder's lease would end (3 s; Redisson's test: 10 s), then
     // look again, which the pause answers with timeouts.
     let holder = lock
@@ -920,7 +929,7 @@ async fn live_waiters_keep_their_places_through_a_hold_longer_than_their_wait() 
     // The hold itself, whose length is the scenario: one wait (2 s) past the deadline the
     // first waiter had when it joined, about 6 s from the start, three times the wait.
     tokio::time::sleep(time_until(first_deadline.unwrap() + 2_000)).await;
-    let lock = clients[0].fair_lock(name);
+    let lock = clients[0].fair_lock(name).unwrap();
     assert!(lock.is_held_by(held.owner()).await.unwrap());
     assert_eq!(
         queued(&server, name),
@@ -946,7 +955,7 @@ async fn the_next_waiters_keep_their_places_while_the_one_before_them_holds_the_
     let held = held_renewed(&clients[0], name).await;
 
     let first = clients[1].new_owner();
-    let first_task = spawn_lock(&clients[1].fair_lock(name), &first);
+    let first_task = spawn_lock(&clients[1].fair_lock(name).unwrap(), &first);
     queue_reaches(&server, name, 1).await;
     let mut next = InOrder::behind(1);
     for i in 2..=4 {
@@ -981,7 +990,7 @@ async fn a_waiter_that_stops_asking_is_dropped_at_its_deadline_during_a_long_hol
     let holder_client = short_wait_client(&server).await;
     let c = short_wait_client(&server).await;
     let name = "stops-asking";
-    let lock = c.fair_lock(name);
+    let lock = c.fair_lock(name).unwrap();
     let held = held_renewed(&holder_client, name).await;
 
     // Polled until it is queued, then never again, and never dropped.
@@ -1035,11 +1044,11 @@ async fn shutdown_takes_its_waiters_out_of_the_queue() {
     let holder_client = client(&server).await;
     let waiters_client = client(&server).await;
     let name = "shutdown-queue";
-    let held = held_30_s(&holder_client, &holder_client.fair_lock(name)).await;
+    let held = held_30_s(&holder_client, &holder_client.fair_lock(name).unwrap()).await;
 
     // A fixed lease: nothing renews, so the server's script count is the waiters' attempts.
     let before = evalsha_calls(&server);
-    let lock = waiters_client.fair_lock(name);
+    let lock = waiters_client.fair_lock(name).unwrap();
     let owners: Vec<_> = (0..3).map(|_| waiters_client.new_owner()).collect();
     let mut waiters = Vec::new();
     for (i, owner) in owners.iter().enumerate() {
@@ -1059,6 +1068,7 @@ async fn shutdown_takes_its_waiters_out_of_the_queue() {
     let fresh = holder_client.new_owner();
     let guard = holder_client
         .fair_lock(name)
+        .unwrap()
         .try_lock(&fresh)
         .await
         .unwrap()
@@ -1073,10 +1083,10 @@ async fn shutdown_while_waiters_join_leaves_no_queue_entry() {
     let server = RedisServer::start();
     let holder_client = client(&server).await;
     let name = "shutdown-joining";
-    let held = held_30_s(&holder_client, &holder_client.fair_lock(name)).await;
+    let held = held_30_s(&holder_client, &holder_client.fair_lock(name).unwrap()).await;
     for _round in 0..5 {
         let waiters_client = client(&server).await;
-        let lock = waiters_client.fair_lock(name);
+        let lock = waiters_client.fair_lock(name).unwrap();
         // A fixed lease: nothing renews, so the server's script count is the waiters' attempts.
         let before = evalsha_calls(&server);
         let waiters: Vec<_> = (0..20)

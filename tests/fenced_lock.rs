@@ -18,7 +18,7 @@ async fn token_increase_redisson_sequence() {
     let server = RedisServer::start();
     let c = client(&server).await;
     let me = c.new_owner();
-    let lock = c.fenced_lock("fenced");
+    let lock = c.fenced_lock("fenced").unwrap();
     assert_eq!(
         lock.latest_token().await.unwrap(),
         0,
@@ -37,7 +37,7 @@ async fn token_increase_redisson_sequence() {
     assert_eq!(first.token(), 3);
     let second = lock
         .clone()
-        .with_lease(Lease::Fixed(10 * SECOND))
+        .with_lease(Lease::fixed(10 * SECOND).unwrap())
         .lock(&me)
         .await
         .unwrap();
@@ -72,7 +72,7 @@ async fn tokens_strictly_increase_across_owners_and_clients() {
         let (client, seen) = (clients[t % 2].clone(), seen.clone());
         tasks.push(tokio::spawn(async move {
             let owner = client.new_owner();
-            let lock = client.fenced_lock("fenced-many");
+            let lock = client.fenced_lock("fenced-many").unwrap();
             for round in 0..ROUNDS {
                 let guard = lock.lock(&owner).await.unwrap();
                 seen.lock().unwrap().push(guard.token());
@@ -99,7 +99,11 @@ async fn tokens_strictly_increase_across_owners_and_clients() {
     let last = *expected.last().unwrap();
     for c in &clients {
         assert_eq!(
-            c.fenced_lock("fenced-many").latest_token().await.unwrap(),
+            c.fenced_lock("fenced-many")
+                .unwrap()
+                .latest_token()
+                .await
+                .unwrap(),
             last
         );
     }
@@ -110,7 +114,7 @@ async fn tokens_keep_growing_across_a_restart_with_persistence() {
     let mut server = RedisServer::start_with_persistence();
     let before = {
         let c = client(&server).await;
-        let (lock, me) = (c.fenced_lock("durable"), c.new_owner());
+        let (lock, me) = (c.fenced_lock("durable").unwrap(), c.new_owner());
         for _ in 0..3 {
             lock.lock(&me).await.unwrap().unlock().await.unwrap();
         }
@@ -122,7 +126,7 @@ async fn tokens_keep_growing_across_a_restart_with_persistence() {
 
     server.restart();
     let c = client(&server).await;
-    let lock = c.fenced_lock("durable");
+    let lock = c.fenced_lock("durable").unwrap();
     assert_eq!(lock.latest_token().await.unwrap(), before);
     let guard = lock.lock(&c.new_owner()).await.unwrap();
     assert!(guard.token() > before, "{} after {before}", guard.token());
@@ -139,7 +143,7 @@ async fn the_token_key_is_named_by_redisson_and_never_reset() {
         ("orders", "redisson_lock_token:{orders}"),
         ("{user:7}:cart", "redisson_lock_token:{user:7}:cart"),
     ] {
-        let lock = c.fenced_lock(name);
+        let lock = c.fenced_lock(name).unwrap();
         let guard = lock.lock(&me).await.unwrap();
         assert_eq!(server.command(&["GET", counter]), "1");
         assert_eq!(server.command(&["TTL", counter]), "-1", "no expiry");
@@ -167,6 +171,7 @@ async fn the_token_key_is_named_by_redisson_and_never_reset() {
     let prefixed = client_with(&server, |b| b.name_prefix("app1:")).await;
     let guard = prefixed
         .fenced_lock("orders")
+        .unwrap()
         .lock(&prefixed.new_owner())
         .await
         .unwrap();
@@ -185,8 +190,8 @@ async fn a_fenced_hold_and_a_plain_hold_exclude_each_other() {
     // the server's script count is the waiter's attempts.
     let c = long_watchdog_client(&server).await;
     let (a, b) = (c.new_owner(), c.new_owner());
-    let fenced = c.fenced_lock("shared-hash");
-    let plain = c.lock("shared-hash");
+    let fenced = c.fenced_lock("shared-hash").unwrap();
+    let plain = c.lock("shared-hash").unwrap();
 
     let guard = fenced.lock(&a).await.unwrap();
     assert!(plain.is_held_by(&a).await.unwrap());
@@ -216,7 +221,7 @@ async fn a_waiting_fenced_lock_times_out_and_is_cancel_safe() {
     let server = RedisServer::start();
     let c = client(&server).await;
     let (a, b) = (c.new_owner(), c.new_owner());
-    let lock = c.fenced_lock("fenced-wait");
+    let lock = c.fenced_lock("fenced-wait").unwrap();
     let guard = lock.lock(&a).await.unwrap();
     assert!(lock
         .try_lock_for(&b, Duration::from_millis(200))
@@ -263,13 +268,14 @@ async fn fencing_rejects_the_late_write_of_a_holder_paused_past_its_lease() {
     // pause, a stalled VM) for longer than the lease before it writes.
     let slow = c
         .fenced_lock("fenced-resource")
-        .with_lease(Lease::Fixed(lease));
+        .unwrap()
+        .with_lease(Lease::fixed(lease).unwrap());
     let slow_owner = c.new_owner();
     let slow_guard = slow.lock(&slow_owner).await.unwrap();
     let slow_token = slow_guard.token();
 
     // The second holder waits, gets the lock when the first lease runs out, and writes.
-    let fast = c.fenced_lock("fenced-resource");
+    let fast = c.fenced_lock("fenced-resource").unwrap();
     let fast_owner: LockOwner = c.new_owner();
     let fast_guard = within(5 * SECOND, "second holder", fast.lock(&fast_owner))
         .await
@@ -307,9 +313,9 @@ async fn fencing_rejects_the_late_write_of_a_holder_paused_past_its_lease() {
 async fn handles_report_their_settings() {
     let server = RedisServer::start();
     let c = client(&server).await;
-    let lock: FencedLock = c.fenced_lock("fenced-debug");
+    let lock: FencedLock = c.fenced_lock("fenced-debug").unwrap();
     assert_eq!(lock.name(), "fenced-debug");
-    assert_eq!(lock.lease(), Lease::Watchdog);
+    assert_eq!(lock.lease(), Lease::WATCHDOG);
     assert!(format!("{lock:?}").contains("fenced-debug"));
     let guard = lock.lock(&c.new_owner()).await.unwrap();
     assert_eq!(guard.name(), "fenced-debug");
@@ -332,7 +338,7 @@ async fn token_taker_process() {
         return;
     };
     let client = LockClient::connect(&url).await.unwrap();
-    let lock = client.fenced_lock("cross-process");
+    let lock = client.fenced_lock("cross-process").unwrap();
     let me = client.new_owner();
     for _ in 0..20 {
         let guard = lock.lock(&me).await.unwrap();
@@ -349,7 +355,7 @@ async fn tokens_strictly_increase_across_processes() {
     let child = spawn_test_process("token_taker_process", "REDISSON_LOCK_TOKEN_URL", &server);
     // This process takes its own 20 holds while the child takes its 20.
     let client = LockClient::connect(&server.url()).await.unwrap();
-    let lock = client.fenced_lock("cross-process");
+    let lock = client.fenced_lock("cross-process").unwrap();
     let me = client.new_owner();
     let mut ours = Vec::new();
     for _ in 0..20 {

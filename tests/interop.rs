@@ -9,7 +9,7 @@ use support::*;
 async fn a_hold_written_by_java_excludes_us_and_its_unlock_message_wakes_us() {
     let server = RedisServer::start();
     let c = long_watchdog_client(&server).await;
-    let lock = c.lock("java-held");
+    let lock = c.lock("java-held").unwrap();
     // Exactly what Redisson's acquire script leaves: one field, count 1, a 30 s TTL.
     server.command(&["HINCRBY", "java-held", JAVA_OWNER, "1"]);
     server.command(&["PEXPIRE", "java-held", "30000"]);
@@ -39,7 +39,7 @@ async fn a_java_reentrant_hold_is_not_ours_to_release() {
     let c = client(&server).await;
     server.command(&["HSET", "java-reentered", JAVA_OWNER, "2"]);
     server.command(&["PEXPIRE", "java-reentered", "30000"]);
-    let lock = c.lock("java-reentered");
+    let lock = c.lock("java-reentered").unwrap();
     assert!(lock.unlock(&c.new_owner()).await.is_err());
     assert_eq!(server.command(&["HGET", "java-reentered", JAVA_OWNER]), "2");
     // Acting for the Java owner (expert escape hatch) releases exactly its holds.
@@ -57,7 +57,7 @@ async fn our_hold_looks_exactly_like_redissons() {
     let field = format!("{}:{}", c.id().hyphenated(), me.id());
     assert_eq!(me.to_string(), field);
 
-    let lock = c.lock("{user:7}:cart");
+    let lock = c.lock("{user:7}:cart").unwrap();
     let guard = lock.lock(&me).await.unwrap();
     assert_eq!(server.command(&["TYPE", "{user:7}:cart"]), "hash");
     assert_eq!(
@@ -72,7 +72,7 @@ async fn our_hold_looks_exactly_like_redissons() {
         "no other key while holding"
     );
 
-    let fixed = c.lock("orders").with_lease(fixed(10_000));
+    let fixed = c.lock("orders").unwrap().with_lease(fixed(10_000));
     let g = fixed.lock(&me).await.unwrap();
     let ttl = pttl(&server, "orders");
     assert!((5_000..=10_000).contains(&ttl), "{ttl}");
@@ -95,7 +95,7 @@ async fn our_unlock_publishes_zero_on_the_exact_channel() {
     ] {
         let mut messages = Listener::channel(&server, channel).await;
         let me = c.new_owner();
-        let lock = c.lock(name);
+        let lock = c.lock(name).unwrap();
         let outer = lock.lock(&me).await.unwrap();
         let inner = lock.lock(&me).await.unwrap();
         inner.unlock().await.unwrap(); // a partial release publishes nothing
@@ -116,7 +116,7 @@ async fn our_unlock_publishes_zero_on_the_exact_channel() {
 async fn the_watchdog_never_renews_a_hold_that_is_not_ours() {
     let server = RedisServer::start();
     let c = client(&server).await; // watchdog 900 ms, renewal every 300 ms
-    let lock = c.lock("taken-over");
+    let lock = c.lock("taken-over").unwrap();
     let guard = lock.lock(&c.new_owner()).await.unwrap();
     // Our hold vanishes and a Java client takes the lock with a 30 s lease.
     server.command(&["DEL", "taken-over"]);

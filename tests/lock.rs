@@ -21,7 +21,7 @@ async fn mutual_exclusion_across_clients_loses_no_update() {
         let client = clients[t % 2].clone();
         tasks.push(tokio::spawn(async move {
             let owner = client.new_owner();
-            let lock = client.lock("mutex");
+            let lock = client.lock("mutex").unwrap();
             for _ in 0..ROUNDS {
                 let guard = lock.lock(&owner).await.unwrap();
                 racy_increment(&client, counter).await;
@@ -42,7 +42,7 @@ async fn reentrancy_to_depth_three_and_back() {
     let server = RedisServer::start();
     let c = client(&server).await;
     let (me, other) = (c.new_owner(), c.new_owner());
-    let lock = c.lock("reentrant");
+    let lock = c.lock("reentrant").unwrap();
 
     let mut guards = Vec::new();
     for depth in 1..=3 {
@@ -78,7 +78,7 @@ async fn clones_of_an_owner_share_reentrancy_and_handles_do_not() {
     let server = RedisServer::start();
     let c = client(&server).await;
     let me = c.new_owner();
-    let lock = c.lock("shared-owner");
+    let lock = c.lock("shared-owner").unwrap();
     let guard = lock.lock(&me).await.unwrap();
     // A spawned task acting for the same owner re-enters.
     let (lock2, me2) = (lock.clone(), me.clone());
@@ -104,7 +104,7 @@ async fn fixed_lease_expires_and_hands_over() {
     let server = RedisServer::start();
     let c = client(&server).await;
     let (first, second) = (c.new_owner(), c.new_owner());
-    let lock = c.lock("fixed").with_lease(fixed(400));
+    let lock = c.lock("fixed").unwrap().with_lease(fixed(400));
 
     let start = Instant::now();
     let guard = lock.lock(&first).await.unwrap();
@@ -139,7 +139,7 @@ async fn partial_unlock_resets_the_fixed_lease() {
     let server = RedisServer::start();
     let c = client(&server).await;
     let me = c.new_owner();
-    let lock = c.lock("ttl").with_lease(fixed(10_000));
+    let lock = c.lock("ttl").unwrap().with_lease(fixed(10_000));
     let g1 = lock.lock(&me).await.unwrap();
     let g2 = lock.lock(&me).await.unwrap();
     let g3 = lock.lock(&me).await.unwrap();
@@ -160,7 +160,7 @@ async fn watchdog_lease_is_the_watchdog_timeout() {
     let server = RedisServer::start();
     let c = long_watchdog_client(&server).await;
     let me = c.new_owner();
-    let lock = c.lock("wd-ttl");
+    let lock = c.lock("wd-ttl").unwrap();
     let guard = lock.lock(&me).await.unwrap();
     let ttl = pttl(&server, "wd-ttl");
     assert!((20_000..=30_000).contains(&ttl), "pttl {ttl}");
@@ -177,8 +177,8 @@ async fn waiter_wakes_on_unlock_long_before_the_ttl() {
         long_watchdog_client(&server).await,
         long_watchdog_client(&server).await,
     );
-    let lock_a = a.lock("wake");
-    let lock_b = b.lock("wake");
+    let lock_a = a.lock("wake").unwrap();
+    let lock_b = b.lock("wake").unwrap();
     let holder = lock_a.lock(&a.new_owner()).await.unwrap();
     let before = evalsha_calls(&server);
     let waiter = tokio::spawn(lock_b.lock(&b.new_owner()));
@@ -193,7 +193,7 @@ async fn waiter_wakes_on_unlock_long_before_the_ttl() {
 async fn try_lock_for_gives_up_on_time_and_takes_a_freed_lock_at_once() {
     let server = RedisServer::start();
     let c = client(&server).await;
-    let lock = c.lock("timed");
+    let lock = c.lock("timed").unwrap();
     // A fixed lease: nothing renews, so the server's script count is the waiter's attempts.
     let holder = lock
         .clone()
@@ -245,7 +245,7 @@ async fn unlock_by_a_non_owner_is_not_held_and_changes_nothing() {
     let server = RedisServer::start();
     let c = client(&server).await;
     let (owner, stranger) = (c.new_owner(), c.new_owner());
-    let lock = c.lock("owned");
+    let lock = c.lock("owned").unwrap();
     let guard = lock.lock(&owner).await.unwrap();
     let before = server.command(&["HGETALL", "owned"]);
 
@@ -273,7 +273,7 @@ async fn java_style_detach_and_unlock() {
     let server = RedisServer::start();
     let c = client(&server).await;
     let me = c.new_owner();
-    let lock = c.lock("java-style");
+    let lock = c.lock("java-style").unwrap();
     lock.lock(&me).await.unwrap().detach();
     lock.lock(&me).await.unwrap().detach();
     assert_eq!(lock.hold_count(&me).await.unwrap(), 2);
@@ -290,7 +290,7 @@ async fn dropping_a_guard_releases_it_in_the_background() {
     let server = RedisServer::start();
     // A 30 s lease: only the release can free the lock in time.
     let c = long_watchdog_client(&server).await;
-    let lock = c.lock("dropped");
+    let lock = c.lock("dropped").unwrap();
     let me = c.new_owner();
     drop(lock.lock(&me).await.unwrap());
     assert_eq!(c.renewed_holds(), 0, "renewal stops at drop, synchronously");
@@ -308,7 +308,7 @@ async fn force_unlock_frees_wakes_and_reports_the_loss() {
     // A 30 s lease, renewed every 10 s: only the forced unlock's message wakes the waiter in
     // time, and the server's script count is the waiter's attempts.
     let c = long_watchdog_client(&server).await;
-    let lock = c.lock("forced");
+    let lock = c.lock("forced").unwrap();
     let holder = lock.lock(&c.new_owner()).await.unwrap();
     let before = evalsha_calls(&server);
     let waiter = tokio::spawn(lock.lock(&c.new_owner()));
@@ -327,7 +327,7 @@ async fn queries() {
     let server = RedisServer::start();
     let c = client(&server).await;
     let (me, other) = (c.new_owner(), c.new_owner());
-    let lock = c.lock("queries");
+    let lock = c.lock("queries").unwrap();
     assert!(!lock.is_locked().await.unwrap());
     assert!(!lock.is_held_by(&me).await.unwrap());
     assert_eq!(lock.hold_count(&me).await.unwrap(), 0);
@@ -348,7 +348,7 @@ async fn name_prefix_maps_every_key_and_channel() {
     let server = RedisServer::start();
     let c = client_with(&server, |b| b.name_prefix("app1:")).await;
     let me = c.new_owner();
-    let lock = c.lock("orders");
+    let lock = c.lock("orders").unwrap();
     let guard = lock.lock(&me).await.unwrap();
     assert_eq!(
         server.command(&["HGET", "app1:orders", &me.to_string()]),
@@ -367,35 +367,38 @@ async fn name_prefix_maps_every_key_and_channel() {
 }
 
 #[tokio::test]
-async fn bad_arguments_are_refused_before_any_io() {
+async fn bad_arguments_are_refused_where_they_are_given() {
     let server = RedisServer::start();
     let c = client(&server).await;
     let me = c.new_owner();
-    let empty = c.lock("");
-    assert!(matches!(
-        empty.lock(&me).await,
-        Err(Error::InvalidArgument(_))
-    ));
-    assert!(matches!(
-        empty.try_lock(&me).await,
-        Err(Error::InvalidArgument(_))
-    ));
-    assert!(matches!(
-        empty.unlock(&me).await,
-        Err(Error::InvalidArgument(_))
-    ));
-    assert!(matches!(
-        empty.is_locked().await,
-        Err(Error::InvalidArgument(_))
-    ));
-    let lock = c.lock("args");
-    for lease in [Duration::ZERO, Duration::from_micros(999), Duration::MAX] {
-        let result = lock.clone().with_lease(Lease::Fixed(lease)).lock(&me).await;
+    let refused = |result: Result<(), Error>, what: &str| {
         assert!(
             matches!(result, Err(Error::InvalidArgument(_))),
-            "{lease:?}"
+            "{what}: {result:?}"
         );
+    };
+    refused(c.lock("").map(drop), "lock");
+    refused(c.fair_lock("").map(drop), "fair_lock");
+    refused(c.read_write_lock("").map(drop), "read_write_lock");
+    refused(c.fenced_lock("").map(drop), "fenced_lock");
+    refused(c.spin_lock("").map(drop), "spin_lock");
+    refused(c.non_reentrant_lock("").map(drop), "non_reentrant_lock");
+    refused(
+        c.non_reentrant_fair_lock("").map(drop),
+        "non_reentrant_fair_lock",
+    );
+    refused(
+        c.multi_lock(Vec::<redisson_lock::Lock>::new()).map(drop),
+        "multi_lock",
+    );
+    refused(
+        c.red_lock(Vec::<redisson_lock::Lock>::new()).map(drop),
+        "red_lock",
+    );
+    for lease in [Duration::ZERO, Duration::from_micros(999), Duration::MAX] {
+        refused(Lease::fixed(lease).map(drop), &format!("{lease:?}"));
     }
+    let lock = c.lock("args").unwrap();
     assert!(matches!(
         lock.try_lock_for(&me, Duration::MAX).await,
         Err(Error::InvalidArgument(_))
@@ -431,7 +434,7 @@ async fn bad_arguments_are_refused_before_any_io() {
 async fn shutdown_closes_everything() {
     let server = RedisServer::start();
     let c = client(&server).await;
-    let lock = c.lock("shutdown");
+    let lock = c.lock("shutdown").unwrap();
     let guard = lock.lock(&c.new_owner()).await.unwrap();
     let waiter = tokio::spawn(lock.lock(&c.new_owner()));
     subscribed(&server, &lock_channel("shutdown")).await;
@@ -478,26 +481,33 @@ fn guards_handles_and_futures_are_send_and_static() {
 /// Type-checked, never called: the futures of every kind must be spawnable (`Send + 'static`).
 fn futures_are_spawnable(c: LockClient, guard: LockGuard) {
     fn send_static<T: Send + 'static>(_: &T) {}
-    let lock = c.lock("bounds");
+    let lock = c.lock("bounds").unwrap();
     let me = c.new_owner();
     send_static(&lock.lock(&me));
     send_static(&lock.try_lock(&me));
     send_static(&lock.try_lock_for(&me, Duration::from_secs(1)));
-    let (fair, rw) = (c.fair_lock("bounds-fair"), c.read_write_lock("bounds-rw"));
+    let (fair, rw) = (
+        c.fair_lock("bounds-fair").unwrap(),
+        c.read_write_lock("bounds-rw").unwrap(),
+    );
     send_static(&fair.lock(&me));
     send_static(&fair.try_lock_for(&me, Duration::from_secs(1)));
     send_static(&rw.read(&me));
     send_static(&rw.try_write_for(&me, Duration::from_secs(1)));
-    send_static(&c.fenced_lock("bounds-fenced").lock(&me));
+    send_static(&c.fenced_lock("bounds-fenced").unwrap().lock(&me));
     send_static(
         &c.spin_lock("bounds-spin")
+            .unwrap()
             .try_lock_for(&me, Duration::from_secs(1)),
     );
-    send_static(&c.non_reentrant_lock("bounds-nr").lock(&me));
-    let multi = c.multi_lock([c.lock("bounds-a"), c.lock("bounds-b")]);
+    send_static(&c.non_reentrant_lock("bounds-nr").unwrap().lock(&me));
+    let multi = c
+        .multi_lock([c.lock("bounds-a").unwrap(), c.lock("bounds-b").unwrap()])
+        .unwrap();
     send_static(&multi.lock(&me));
     send_static(
-        &c.red_lock([c.lock("bounds-a")])
+        &c.red_lock([c.lock("bounds-a").unwrap()])
+            .unwrap()
             .try_lock_for(&me, Duration::from_secs(1)),
     );
     send_static(&guard.lease_lost());
@@ -510,7 +520,12 @@ async fn dropping_every_handle_closes_the_clients_connections() {
     let server = RedisServer::start();
     let connections = || server.command(&["CLIENT", "LIST"]).lines().count();
     let c = client(&server).await;
-    let guard = c.lock("dropped-client").lock(&c.new_owner()).await.unwrap();
+    let guard = c
+        .lock("dropped-client")
+        .unwrap()
+        .lock(&c.new_owner())
+        .await
+        .unwrap();
     assert_eq!(
         connections(),
         3,

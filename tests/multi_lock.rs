@@ -20,7 +20,7 @@ async fn servers(n: usize) -> (Vec<RedisServer>, Vec<LockClient>) {
 async fn all_members_or_none() {
     let (servers, clients) = servers(3).await;
     let me = clients[0].new_owner();
-    let multi = MultiLock::new(clients.iter().map(|c| c.lock("res")));
+    let multi = MultiLock::new(clients.iter().map(|c| c.lock("res").unwrap())).unwrap();
     let guard = multi.lock(&me).await.unwrap();
     assert_eq!(guard.held(), 3);
     assert!(multi.is_held_by(&me).await.unwrap());
@@ -40,11 +40,14 @@ async fn a_partial_acquisition_is_rolled_back() {
     // The member on the last server is held by someone else for a long time.
     let blocker = clients[2]
         .lock("part")
+        .unwrap()
         .with_lease(fixed(60_000))
         .lock(&clients[2].new_owner())
         .await
         .unwrap();
-    let multi = clients[0].multi_lock(clients.iter().map(|c| c.lock("part")));
+    let multi = clients[0]
+        .multi_lock(clients.iter().map(|c| c.lock("part").unwrap()))
+        .unwrap();
     let me = clients[0].new_owner();
     // Given up after about its wait, far from the blocker's 60 s lease.
     let attempt = multi.try_lock_for(&me, Duration::from_millis(300));
@@ -71,13 +74,15 @@ async fn a_partial_acquisition_is_rolled_back() {
 #[tokio::test]
 async fn members_of_every_exclusive_kind_on_several_servers() {
     let (servers, clients) = servers(2).await;
-    let rw = clients[1].read_write_lock("rw");
-    let multi = clients[0].multi_lock([
-        MultiMember::from(clients[0].lock("plain")),
-        clients[0].fair_lock("fair").into(),
-        MultiMember::write_side(&rw),
-        clients[1].fenced_lock("fenced").into(),
-    ]);
+    let rw = clients[1].read_write_lock("rw").unwrap();
+    let multi = clients[0]
+        .multi_lock([
+            MultiMember::from(clients[0].lock("plain").unwrap()),
+            clients[0].fair_lock("fair").unwrap().into(),
+            MultiMember::write_side(&rw),
+            clients[1].fenced_lock("fenced").unwrap().into(),
+        ])
+        .unwrap();
     let me = clients[0].new_owner();
     let guard = multi.lock(&me).await.unwrap();
     assert_eq!(guard.held(), 4);
@@ -109,8 +114,18 @@ async fn members_of_every_exclusive_kind_on_several_servers() {
 async fn members_are_taken_by_server_then_name_whatever_the_given_order() {
     let (_servers, clients) = servers(1).await;
     let c = &clients[0];
-    let a = MultiLock::new([c.lock("b"), c.lock("c"), c.lock("a")]);
-    let b = MultiLock::new([c.lock("a"), c.lock("c"), c.lock("b")]);
+    let a = MultiLock::new([
+        c.lock("b").unwrap(),
+        c.lock("c").unwrap(),
+        c.lock("a").unwrap(),
+    ])
+    .unwrap();
+    let b = MultiLock::new([
+        c.lock("a").unwrap(),
+        c.lock("c").unwrap(),
+        c.lock("b").unwrap(),
+    ])
+    .unwrap();
     assert_eq!(a.names(), vec!["a", "b", "c"]);
     assert_eq!(a.names(), b.names());
 }
@@ -128,8 +143,9 @@ async fn overlapping_multi_locks_never_deadlock_and_exclude() {
             // Each name lives on both servers: the members of one multi-lock span servers.
             let multi = MultiLock::new(
                 set.iter()
-                    .flat_map(|name| [client.lock(name), other.lock(name)]),
-            );
+                    .flat_map(|name| [client.lock(name).unwrap(), other.lock(name).unwrap()]),
+            )
+            .unwrap();
             let me = client.new_owner();
             for _ in 0..8 {
                 let guard = multi.lock(&me).await.unwrap();
@@ -160,7 +176,9 @@ async fn overlapping_multi_locks_never_deadlock_and_exclude() {
 #[tokio::test]
 async fn dropping_a_multi_lock_future_leaves_no_member_held() {
     let (servers, clients) = servers(3).await;
-    let multi = MultiLock::new(clients.iter().map(|c| c.lock("drop"))).with_lease(fixed(60_000));
+    let multi = MultiLock::new(clients.iter().map(|c| c.lock("drop").unwrap()))
+        .unwrap()
+        .with_lease(fixed(60_000));
     for i in 0..60 {
         let me = clients[0].new_owner();
         if let Ok(guard) = tokio::time::timeout(spread(i, 1_500), multi.lock(&me)).await {
@@ -179,7 +197,9 @@ async fn dropping_a_multi_lock_future_leaves_no_member_held() {
 async fn a_redlock_acquires_with_a_minority_of_servers_down() {
     let (mut servers, clients) = servers(3).await;
     servers[1].kill();
-    let red = clients[0].red_lock(clients.iter().map(|c| c.lock("red")));
+    let red = clients[0]
+        .red_lock(clients.iter().map(|c| c.lock("red").unwrap()))
+        .unwrap();
     let me = clients[0].new_owner();
     let guard = within(
         Duration::from_secs(5),
@@ -205,7 +225,7 @@ async fn a_redlock_fails_within_the_wait_with_a_majority_down() {
     let (mut servers, clients) = servers(3).await;
     servers[0].kill();
     servers[2].kill();
-    let red = RedLock::new(clients.iter().map(|c| c.lock("red")));
+    let red = RedLock::new(clients.iter().map(|c| c.lock("red").unwrap())).unwrap();
     let me = clients[1].new_owner();
     let attempt = red.try_lock_for(&me, Duration::from_millis(600));
     let result = within(5 * SECOND, "try_lock_for", attempt).await;
@@ -217,7 +237,7 @@ async fn a_redlock_fails_within_the_wait_with_a_majority_down() {
 #[tokio::test]
 async fn a_redlock_held_on_three_keeps_its_quorum_when_one_server_dies() {
     let (mut servers, clients) = servers(3).await;
-    let red = RedLock::new(clients.iter().map(|c| c.lock("quorum")));
+    let red = RedLock::new(clients.iter().map(|c| c.lock("quorum").unwrap())).unwrap();
     let guard = red.lock(&clients[0].new_owner()).await.unwrap();
     assert_eq!(guard.held(), 3);
     servers[2].kill();
@@ -241,7 +261,9 @@ async fn a_redlock_held_on_three_keeps_its_quorum_when_one_server_dies() {
 #[tokio::test]
 async fn a_redlock_with_a_fixed_lease_reports_its_validity() {
     let (_servers, clients) = servers(3).await;
-    let red = RedLock::new(clients.iter().map(|c| c.lock("valid"))).with_lease(fixed(30_000));
+    let red = RedLock::new(clients.iter().map(|c| c.lock("valid").unwrap()))
+        .unwrap()
+        .with_lease(fixed(30_000));
     let guard = red.lock(&clients[0].new_owner()).await.unwrap();
     let validity = guard.validity().unwrap();
     // The lease less the acquisition time and the drift allowance (1% + 2 ms).

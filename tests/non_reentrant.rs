@@ -23,7 +23,7 @@ macro_rules! non_reentrant_tests {
             async fn a_contending_owner_blocks_and_acquires_on_release() {
                 let server = RedisServer::start();
                 let c = client(&server).await;
-                let lock = c.$constructor("nr-contended");
+                let lock = c.$constructor("nr-contended").unwrap();
                 let (holder, contender) = (c.new_owner(), c.new_owner());
 
                 let guard = lock.lock(&holder).await.unwrap();
@@ -50,7 +50,7 @@ macro_rules! non_reentrant_tests {
             async fn the_holder_asking_again_fails_at_once() {
                 let server = RedisServer::start();
                 let c = client(&server).await;
-                let lock = c.$constructor("nr-again");
+                let lock = c.$constructor("nr-again").unwrap();
                 let me = c.new_owner();
                 let guard = lock.lock(&me).await.unwrap();
 
@@ -103,8 +103,8 @@ macro_rules! non_reentrant_tests {
                 let server = RedisServer::start();
                 let c = client(&server).await;
                 let me = c.new_owner();
-                let first = c.$constructor("nr-two-handles");
-                let second = c.$constructor("nr-two-handles");
+                let first = c.$constructor("nr-two-handles").unwrap();
+                let second = c.$constructor("nr-two-handles").unwrap();
 
                 let guard = first.lock(&me).await.unwrap();
                 let refused = within(AT_ONCE, "second handle", second.lock(&me)).await;
@@ -131,7 +131,7 @@ macro_rules! non_reentrant_tests {
             async fn other_owners_are_excluded_and_detached_holds_unlock_once() {
                 let server = RedisServer::start();
                 let c = client(&server).await;
-                let lock = c.$constructor("nr-detached");
+                let lock = c.$constructor("nr-detached").unwrap();
                 let (me, other) = (c.new_owner(), c.new_owner());
                 lock.lock(&me).await.unwrap().detach();
                 assert!(lock.try_lock(&other).await.unwrap().is_none());
@@ -159,10 +159,15 @@ async fn the_wire_reply_is_redissons_error() {
     let server = RedisServer::start();
     let c = client(&server).await;
     let me = c.new_owner();
-    let guard = c.non_reentrant_lock("nr-wire").lock(&me).await.unwrap();
+    let guard = c
+        .non_reentrant_lock("nr-wire")
+        .unwrap()
+        .lock(&me)
+        .await
+        .unwrap();
     // A plain Lock of the same owner re-enters the same hash: the refusal is the
     // non-reentrant handle's, not the data's.
-    let plain = c.lock("nr-wire");
+    let plain = c.lock("nr-wire").unwrap();
     let inner = plain.try_lock(&me).await.unwrap().expect("plain re-entry");
     assert_eq!(plain.hold_count(&me).await.unwrap(), 2);
     inner.unlock().await.unwrap();

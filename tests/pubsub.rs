@@ -30,7 +30,7 @@ async fn a_lagging_receiver_wakes_every_waiter_and_keeps_listening() {
         .await
         .unwrap();
 
-    let lock = c.lock("flooded");
+    let lock = c.lock("flooded").unwrap();
     // A fixed lease: nothing renews, so the server's script count is the waiter's attempts.
     let holder = lock
         .clone()
@@ -67,13 +67,13 @@ async fn one_subscriber_connection_serves_every_waiter() {
     let names: Vec<String> = (0..5).map(|i| format!("shared:{i}")).collect();
     let mut guards = Vec::new();
     for name in &names {
-        guards.push(c.lock(name).lock(&holder).await.unwrap());
+        guards.push(c.lock(name).unwrap().lock(&holder).await.unwrap());
     }
     // Four waiters on each of five locks.
     let mut waiters = Vec::new();
     for name in &names {
         for _ in 0..4 {
-            let acquire = c.lock(name).lock(&c.new_owner());
+            let acquire = c.lock(name).unwrap().lock(&c.new_owner());
             waiters.push(tokio::spawn(async move { acquire.await?.unlock().await }));
         }
     }
@@ -123,7 +123,7 @@ async fn one_subscriber_connection_serves_every_waiter() {
 async fn a_channel_lingers_briefly_so_a_returning_waiter_skips_subscribing() {
     let server = RedisServer::start();
     let c = client(&server).await;
-    let lock = c.lock("linger");
+    let lock = c.lock("linger").unwrap();
     // A fixed lease: nothing renews, so the server's script count is the waiter's attempts,
     // and only the unlock message wakes the waiter in time.
     let held_lock = lock.clone().with_lease(fixed(60_000));
@@ -185,13 +185,14 @@ async fn a_timed_waiter_woken_at_its_deadline_does_not_swallow_the_wake_up() {
     let name = "swallowed-wake";
     let held = holding
         .lock(name)
+        .unwrap()
         .with_lease(fixed(60_000))
         .lock(&holding.new_owner())
         .await
         .unwrap();
 
     const A_WAIT: Duration = Duration::from_millis(2500);
-    let lock = waiting.lock(name);
+    let lock = waiting.lock(name).unwrap();
     let base = evalsha_calls(&server);
     let a_started = Instant::now();
     let mut a = std::pin::pin!(lock.try_lock_for(&waiting.new_owner(), A_WAIT));

@@ -14,7 +14,10 @@ use redisson_lock::{Error, Lease, LockOwner, ReadWriteLock};
 use support::*;
 use tokio::sync::Barrier;
 
-const LONG: Lease = Lease::Fixed(Duration::from_secs(60));
+/// A lease that outlives every test.
+fn long() -> Lease {
+    Lease::fixed(Duration::from_secs(60)).unwrap()
+}
 
 /// The lock hash as a map (empty when the key does not exist).
 fn hash(server: &RedisServer, name: &str) -> BTreeMap<String, String> {
@@ -58,7 +61,7 @@ async fn readers_of_two_clients_hold_at_the_same_time() {
         let client = clients[i % 2].clone();
         let barrier = barrier.clone();
         tasks.push(tokio::spawn(async move {
-            let lock = client.read_write_lock("overlap");
+            let lock = client.read_write_lock("overlap").unwrap();
             let guard = lock.read(&client.new_owner()).await.unwrap();
             // Every reader gets here while holding: they overlap, or this never completes.
             let leader = barrier.wait().await.is_leader();
@@ -90,7 +93,10 @@ async fn writers_exclude_everyone_and_lose_no_update() {
     for t in 0..WRITERS {
         let client = clients[t % 2].clone();
         tasks.push(tokio::spawn(async move {
-            let (owner, lock) = (client.new_owner(), client.read_write_lock("rw-mutex"));
+            let (owner, lock) = (
+                client.new_owner(),
+                client.read_write_lock("rw-mutex").unwrap(),
+            );
             for _ in 0..WRITES {
                 let guard = lock.write(&owner).await.unwrap();
                 racy_increment(&client, counter).await;
@@ -101,7 +107,10 @@ async fn writers_exclude_everyone_and_lose_no_update() {
     for t in 0..READERS {
         let client = clients[t % 2].clone();
         tasks.push(tokio::spawn(async move {
-            let (owner, lock) = (client.new_owner(), client.read_write_lock("rw-mutex"));
+            let (owner, lock) = (
+                client.new_owner(),
+                client.read_write_lock("rw-mutex").unwrap(),
+            );
             for _ in 0..READS {
                 let guard = lock.read(&owner).await.unwrap();
                 let before: Option<i64> = client.redis().get(counter).await.unwrap();
@@ -127,8 +136,11 @@ async fn a_writer_downgrades_and_the_read_mode_still_excludes_writers() {
     let (c, other_client) = (client(&server).await, client(&server).await);
     let name = "downgrade";
     // Long fixed leases: only messages can wake waiters in time.
-    let lock = c.read_write_lock(name).with_lease(LONG);
-    let other = other_client.read_write_lock(name).with_lease(LONG);
+    let lock = c.read_write_lock(name).unwrap().with_lease(long());
+    let other = other_client
+        .read_write_lock(name)
+        .unwrap()
+        .with_lease(long());
     let (me, someone) = (c.new_owner(), other_client.new_owner());
 
     let writing = lock.write(&me).await.unwrap();
@@ -188,7 +200,7 @@ async fn an_upgrade_is_refused_at_once_and_changes_nothing() {
     let server = RedisServer::start();
     let c = client(&server).await;
     let name = "upgrade";
-    let lock = c.read_write_lock(name).with_lease(LONG);
+    let lock = c.read_write_lock(name).unwrap().with_lease(long());
     let me = c.new_owner();
     let outer = lock.read(&me).await.unwrap();
     let inner = lock.read(&me).await.unwrap();
@@ -235,7 +247,10 @@ async fn an_upgrade_is_refused_at_once_and_changes_nothing() {
 async fn a_waiting_writer_that_starts_reading_fails_instead_of_waiting_for_itself() {
     let server = RedisServer::start();
     let c = client(&server).await;
-    let lock = c.read_write_lock("upgrade-later").with_lease(LONG);
+    let lock = c
+        .read_write_lock("upgrade-later")
+        .unwrap()
+        .with_lease(long());
     let (me, other) = (c.new_owner(), c.new_owner());
     // The other reader's lease ends soon, but long after the same owner's read below on a
     // loaded machine: the waiting writer looks again then.
@@ -268,7 +283,7 @@ async fn a_write_unlock_wakes_every_waiting_reader_at_once() {
     let server = RedisServer::start();
     let clients = [client(&server).await, client(&server).await];
     let name = "wake-all";
-    let writer_lock = clients[0].read_write_lock(name).with_lease(LONG);
+    let writer_lock = clients[0].read_write_lock(name).unwrap().with_lease(long());
     let writing = writer_lock.write(&clients[0].new_owner()).await.unwrap();
     server.command(&["CONFIG", "RESETSTAT"]);
 
@@ -279,7 +294,7 @@ async fn a_write_unlock_wakes_every_waiting_reader_at_once() {
         let client = clients[i % 2].clone();
         let barrier = barrier.clone();
         readers.push(tokio::spawn(async move {
-            let lock = client.read_write_lock(name).with_lease(LONG);
+            let lock = client.read_write_lock(name).unwrap().with_lease(long());
             let guard = lock.read(&client.new_owner()).await.unwrap();
             barrier.wait().await; // all of them hold at once
             guard.unlock().await.unwrap();
@@ -307,11 +322,11 @@ async fn another_clients_read_unlock_does_not_purge_our_live_readers() {
     let server = RedisServer::start();
     let (ours, theirs) = (client(&server).await, client(&server).await);
     let name = "no-purge";
-    let lock = ours.read_write_lock(name); // watchdog: 900 ms, renewed every 300 ms
+    let lock = ours.read_write_lock(name).unwrap(); // watchdog: 900 ms, renewed every 300 ms
     let me = ours.new_owner();
     let outer = lock.read(&me).await.unwrap();
     let inner = lock.read(&me).await.unwrap();
-    let other_lock = theirs.read_write_lock(name);
+    let other_lock = theirs.read_write_lock(name).unwrap();
 
     // Over twice the watchdog timeout: without renewal our timeout keys would be gone.
     let until = Instant::now() + Duration::from_millis(2200);
@@ -349,8 +364,8 @@ async fn the_watchdog_keeps_read_and_write_holds_alive() {
     let server = RedisServer::start();
     let c = client(&server).await; // 900 ms lease, renewed every 300 ms
     let (reader, writer) = (c.new_owner(), c.new_owner());
-    let read_lock = c.read_write_lock("kept-read");
-    let write_lock = c.read_write_lock("kept-write");
+    let read_lock = c.read_write_lock("kept-read").unwrap();
+    let write_lock = c.read_write_lock("kept-write").unwrap();
     let reading = read_lock.read(&reader).await.unwrap();
     let writing = write_lock.write(&writer).await.unwrap();
     assert_eq!(c.renewed_holds(), 2);
@@ -390,7 +405,7 @@ async fn read_reentry_keeps_the_longer_ttl_and_write_reentry_adds() {
     let me = c.new_owner();
     let field = me.to_string();
     let name = "ttl-read";
-    let lock = c.read_write_lock(name);
+    let lock = c.read_write_lock(name).unwrap();
 
     let thirty = lock
         .clone()
@@ -431,7 +446,7 @@ async fn read_reentry_keeps_the_longer_ttl_and_write_reentry_adds() {
 
     // testWriteLockExpiration: write reentry adds its lease to the TTL.
     let name = "ttl-write";
-    let lock = c.read_write_lock(name);
+    let lock = c.read_write_lock(name).unwrap();
     let thirty = lock
         .clone()
         .with_lease(fixed(30_000))
@@ -471,8 +486,11 @@ async fn dropped_acquires_leave_no_stray_hold() {
     let (holder_client, c) = (client(&server).await, client(&server).await);
     let name = "rw-cancel";
     // Long fixed leases: only the release of an orphaned hold can clear it in time.
-    let lock = c.read_write_lock(name).with_lease(LONG);
-    let holder_lock = holder_client.read_write_lock(name).with_lease(LONG);
+    let lock = c.read_write_lock(name).unwrap().with_lease(long());
+    let holder_lock = holder_client
+        .read_write_lock(name)
+        .unwrap()
+        .with_lease(long());
 
     // Mid-flight, uncontended.
     let mut acquired = 0;
@@ -541,7 +559,7 @@ async fn states_written_by_java_are_respected() {
 
     // A Java reader, exactly as Redisson's read acquire leaves it.
     let name = "java-read";
-    let lock = c.read_write_lock(name);
+    let lock = c.read_write_lock(name).unwrap();
     let java_timeout = timeout_key(name, &java_reader, 1);
     server.command(&["HSET", name, "mode", "read", &java_reader, "1"]);
     server.command(&["SET", &java_timeout, "1", "PX", "30000"]);
@@ -573,7 +591,7 @@ async fn states_written_by_java_are_respected() {
 
     // A Java writer.
     let name = "java-write";
-    let lock = c.read_write_lock(name);
+    let lock = c.read_write_lock(name).unwrap();
     server.command(&[
         "HSET",
         name,
@@ -625,7 +643,7 @@ async fn our_unlocks_publish_zero_for_read_and_one_for_write() {
         ("{user:7}:cart", "redisson_rwlock:{user:7}:cart"),
     ] {
         let mut messages = Listener::channel(&server, channel).await;
-        let lock = c.read_write_lock(name);
+        let lock = c.read_write_lock(name).unwrap();
         let me = c.new_owner();
 
         let outer = lock.read(&me).await.unwrap();
@@ -665,7 +683,7 @@ async fn read_lock_expiration() {
     let server = RedisServer::start();
     let c = client(&server).await;
     let name = "read-expiration";
-    let lock = c.read_write_lock(name);
+    let lock = c.read_write_lock(name).unwrap();
     // Leases far longer than the test: only the unlocks can let the writer in. Nothing
     // renews, so the server's script count is the writer's attempts.
     let reader1 = lock
@@ -704,7 +722,7 @@ async fn read_lock_expiration() {
 async fn write_read_reentrancy() {
     let server = RedisServer::start();
     let c = client(&server).await;
-    let lock = c.read_write_lock("write-read");
+    let lock = c.read_write_lock("write-read").unwrap();
     let (me, other) = (c.new_owner(), c.new_owner());
     let writing = lock.write(&me).await.unwrap();
     let reading = lock.try_read(&me).await.unwrap().expect("downgrade");
@@ -727,7 +745,7 @@ async fn write_read_reentrancy() {
 async fn write_lock() {
     let server = RedisServer::start();
     let c = client(&server).await;
-    let lock = c.read_write_lock("write-lock");
+    let lock = c.read_write_lock("write-lock").unwrap();
     let (me, other) = (c.new_owner(), c.new_owner());
     let outer = lock.write(&me).await.unwrap();
     let inner = lock.try_write(&me).await.unwrap().expect("re-entered");
@@ -760,7 +778,7 @@ async fn write_lock() {
 async fn multi_read() {
     let server = RedisServer::start();
     let c = client(&server).await;
-    let lock = c.read_write_lock("multi-read");
+    let lock = c.read_write_lock("multi-read").unwrap();
     assert!(!lock.force_unlock_read().await.unwrap());
     let (reader1, reader2, writer) = (c.new_owner(), c.new_owner(), c.new_owner());
     let first = lock.read(&reader1).await.unwrap();
@@ -784,7 +802,7 @@ async fn multi_read() {
 async fn force_unlock_frees_only_its_own_mode() {
     let server = RedisServer::start();
     let c = client(&server).await;
-    let lock = c.read_write_lock("force");
+    let lock = c.read_write_lock("force").unwrap();
     let me = c.new_owner();
 
     let reading = lock.read(&me).await.unwrap();
@@ -815,7 +833,7 @@ async fn force_unlock_frees_only_its_own_mode() {
 async fn hold_counts() {
     let server = RedisServer::start();
     let c = client(&server).await;
-    let lock = c.read_write_lock("hold-count");
+    let lock = c.read_write_lock("hold-count").unwrap();
     let me = c.new_owner();
     for write in [false, true] {
         let count = |lock: ReadWriteLock, me: LockOwner| async move {
@@ -869,7 +887,7 @@ async fn hold_counts() {
 async fn expired_read_and_write_leases() {
     let server = RedisServer::start();
     let c = client(&server).await;
-    let lock = c.read_write_lock("expire").with_lease(fixed(400));
+    let lock = c.read_write_lock("expire").unwrap().with_lease(fixed(400));
 
     let first = lock.read(&c.new_owner()).await.unwrap();
     let before = evalsha_calls(&server);
@@ -904,13 +922,14 @@ async fn a_dead_clients_reader_is_purged_by_a_live_readers_unlock() {
     let zombie = dying.new_owner();
     dying
         .read_write_lock(name)
+        .unwrap()
         .read(&zombie)
         .await
         .unwrap()
         .detach();
     dying.shutdown().await; // holds are not released, renewal stops
 
-    let lock = living.read_write_lock(name);
+    let lock = living.read_write_lock(name).unwrap();
     let reading = lock.read(&living.new_owner()).await.unwrap();
     // The zombie's timeout key runs out; our watchdog keeps the hash (and our key) alive.
     let zombie_key = timeout_key(name, &zombie.to_string(), 1);
@@ -937,13 +956,13 @@ async fn another_readers_unlock_shrinks_the_ttl_to_the_remaining_reader() {
     let server = RedisServer::start();
     let c = client(&server).await;
     let name = "rrw";
-    let lock = c.read_write_lock(name);
+    let lock = c.read_write_lock(name).unwrap();
     const A_LEASE: Duration = Duration::from_secs(4);
     // a is never released; its lease ends on the server between the two instants below.
     let taking_a = Instant::now();
     let a = lock
         .clone()
-        .with_lease(Lease::Fixed(A_LEASE))
+        .with_lease(Lease::fixed(A_LEASE).unwrap())
         .read(&c.new_owner())
         .await
         .unwrap();

@@ -15,8 +15,8 @@ async fn a_spin_lock_and_a_plain_lock_exclude_each_other() {
     let server = RedisServer::start();
     let c = client(&server).await;
     let (a, b) = (c.new_owner(), c.new_owner());
-    let spin = c.spin_lock("spin-shared");
-    let plain = c.lock("spin-shared");
+    let spin = c.spin_lock("spin-shared").unwrap();
+    let plain = c.lock("spin-shared").unwrap();
 
     let guard = spin.lock(&a).await.unwrap();
     assert_eq!(
@@ -58,7 +58,7 @@ async fn spin_releases_publish_nothing() {
     // Every channel, standing in for any listener on the server.
     let mut messages = Listener::pattern(&server, "*").await;
     let me = c.new_owner();
-    let spin = c.spin_lock("spin-quiet");
+    let spin = c.spin_lock("spin-quiet").unwrap();
 
     // Re-entered, released twice, then force-unlocked: never a message.
     let outer = spin.lock(&me).await.unwrap();
@@ -74,6 +74,7 @@ async fn spin_releases_publish_nothing() {
 
     // Control: a plain unlock on the same name does publish, and the listener sees it.
     c.lock("spin-quiet")
+        .unwrap()
         .lock(&me)
         .await
         .unwrap()
@@ -91,7 +92,7 @@ async fn a_spin_waiter_acquires_soon_after_release_without_subscribing() {
     let server = RedisServer::start();
     let c = client(&server).await;
     let (holder, waiter_owner) = (c.new_owner(), c.new_owner());
-    let spin = c.spin_lock("spin-wait");
+    let spin = c.spin_lock("spin-wait").unwrap();
 
     // A fixed 60 s lease: only the waiter's polling can notice the release in time.
     let guard = spin
@@ -120,7 +121,7 @@ async fn a_spin_waiter_acquires_soon_after_release_without_subscribing() {
 async fn try_lock_for_gives_up_after_the_wait() {
     let server = RedisServer::start();
     let c = client(&server).await;
-    let spin = c.spin_lock("spin-timed");
+    let spin = c.spin_lock("spin-timed").unwrap();
     // A fixed 60 s lease: nothing renews, so the server's script count is the waiters'.
     let guard = spin
         .clone()
@@ -155,6 +156,7 @@ async fn a_spin_waiter_gets_the_lock_when_a_fixed_lease_ends() {
     // A constant back-off far longer than the lease: the holder's TTL cuts the sleep short.
     let spin = c
         .spin_lock("spin-expire")
+        .unwrap()
         .with_backoff(Backoff::constant(60 * SECOND));
     let first = spin
         .clone()
@@ -180,6 +182,7 @@ async fn a_plain_lock_with_spin_waiting_outwaits_a_java_holder_without_pub_sub()
     server.command(&["PEXPIRE", "java-spin", "30000"]);
     let lock = c
         .lock("java-spin")
+        .unwrap()
         .with_wait_strategy(WaitStrategy::Spin(Backoff::exponential()));
     assert_eq!(
         lock.wait_strategy(),
@@ -208,7 +211,7 @@ async fn spin_locks_reenter_count_and_report_like_plain_locks() {
     let server = RedisServer::start();
     let c = client(&server).await;
     let (me, other) = (c.new_owner(), c.new_owner());
-    let spin: SpinLock = c.spin_lock("spin-basics");
+    let spin: SpinLock = c.spin_lock("spin-basics").unwrap();
     assert_eq!(spin.name(), "spin-basics");
     assert!(format!("{spin:?}").contains("Spin("));
     assert!(spin.remaining_lease().await.unwrap().is_none());

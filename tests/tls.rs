@@ -119,7 +119,7 @@ async fn a_rediss_url_locks_over_tls() {
         .build()
         .await
         .expect("TLS connection");
-    let lock = client.lock("over-tls");
+    let lock = client.lock("over-tls").unwrap();
     let me = client.new_owner();
     let guard = lock.lock(&me).await.unwrap();
     // The hold is really in this server (seen through its plain port).

@@ -11,7 +11,7 @@ async fn a_hold_lives_well_past_the_watchdog_timeout() {
     let server = RedisServer::start();
     let c = client(&server).await; // 900 ms lease, renewed every 300 ms
     let me = c.new_owner();
-    let lock = c.lock("kept");
+    let lock = c.lock("kept").unwrap();
     let guard = lock.lock(&me).await.unwrap();
     let other = c.new_owner();
     // Time passing is what is under test here: over 3 watchdog timeouts.
@@ -30,7 +30,12 @@ async fn a_hold_lives_well_past_the_watchdog_timeout() {
 async fn a_deleted_hold_is_reported_lost_at_the_next_renewal() {
     let server = RedisServer::start();
     let c = client(&server).await;
-    let guard = c.lock("deleted").lock(&c.new_owner()).await.unwrap();
+    let guard = c
+        .lock("deleted")
+        .unwrap()
+        .lock(&c.new_owner())
+        .await
+        .unwrap();
     assert!(!guard.is_lease_lost());
     server.command(&["DEL", "deleted"]);
     // Renewal runs every 300 ms; nothing but a renewal reports the loss.
@@ -53,7 +58,7 @@ async fn renew_250_holds(name: fn(usize) -> String, by_slot: bool) -> (u64, u64)
     let me = c.new_owner();
     let mut guards = Vec::new();
     for i in 0..250 {
-        guards.push(c.lock(&name(i)).lock(&me).await.unwrap());
+        guards.push(c.lock(&name(i)).unwrap().lock(&me).await.unwrap());
     }
     assert_eq!(c.renewed_holds(), 250);
     server.command(&["CONFIG", "RESETSTAT"]);
@@ -113,7 +118,7 @@ async fn holds_in_one_slot_share_one_script_per_hundred() {
 async fn an_idle_client_sends_no_renewals() {
     let server = RedisServer::start();
     let c = client(&server).await;
-    let lock = c.lock("idle");
+    let lock = c.lock("idle").unwrap();
     lock.lock(&c.new_owner())
         .await
         .unwrap()
@@ -131,8 +136,8 @@ async fn a_key_overwritten_with_another_type_loses_only_its_own_hold() {
     let server = RedisServer::start();
     let c = client(&server).await;
     let me = c.new_owner();
-    let kept = c.lock("kept-in-batch").lock(&me).await.unwrap();
-    let clobbered = c.lock("clobbered").lock(&me).await.unwrap();
+    let kept = c.lock("kept-in-batch").unwrap().lock(&me).await.unwrap();
+    let clobbered = c.lock("clobbered").unwrap().lock(&me).await.unwrap();
     // Someone replaces one lock's hash with a string: one renewal batch holds both.
     server.command(&["SET", "clobbered", "not a lock"]);
     within(

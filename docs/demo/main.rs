@@ -39,7 +39,7 @@ fn ms(d: Duration) -> f64 {
 
 /// One task: ROUNDS times take the lock, re-enter it, bump the counter, release.
 async fn task(who: &str, client: LockClient, owner: LockOwner, shared: Arc<Shared>) -> Result<()> {
-    let (lock, redis) = (client.lock(LOCK), client.redis());
+    let (lock, redis) = (client.lock(LOCK)?, client.redis());
     for _ in 0..ROUNDS {
         shared.log(who, 0, "wants the lock");
         let asked = Instant::now();
@@ -107,11 +107,11 @@ async fn run(url: &str) -> std::result::Result<(), Box<dyn std::error::Error>> {
     }
 
     println!("\n== try_lock_for gives up while another owner holds the lock ==");
-    let held = a.lock(LOCK).lock(&a.new_owner()).await?;
+    let held = a.lock(LOCK)?.lock(&a.new_owner()).await?;
     shared.log("A", 1, "holds the lock (watchdog lease)");
     let t = Instant::now();
     let wait = Duration::from_millis(200);
-    let attempt = b.lock(LOCK).try_lock_for(&b.new_owner(), wait).await?;
+    let attempt = b.lock(LOCK)?.try_lock_for(&b.new_owner(), wait).await?;
     assert!(attempt.is_none(), "B got a lock that A holds");
     let took = ms(t.elapsed());
     let line = format!("try_lock_for({wait:?}) gave up after {took:.1} ms: None");

@@ -70,7 +70,7 @@ pub async fn long_watchdog_client(server: &RedisServer) -> LockClient {
 
 /// A fixed lease of `ms` milliseconds.
 pub fn fixed(ms: u64) -> Lease {
-    Lease::Fixed(Duration::from_millis(ms))
+    Lease::fixed(Duration::from_millis(ms)).unwrap()
 }
 
 /// A cheap deterministic spread of delays below `max_micros` µs (no RNG dependency needed).
