@@ -107,8 +107,10 @@ impl Cluster {
                     && (!s.command(&["ROLE"]).starts_with("slave")
                         || s.command(&["INFO", "replication"])
                             .contains("master_link_status:up"))
-            }) && views.iter().all(|view| masters(view) == masters(&views[0]))
-                && masters(&views[0]).len() == 3
+            }) && views.iter().all(|view| {
+                masters(view) == masters(&views[0])
+                    && view.iter().filter(|n| n.master_id.is_some()).count() == 3
+            }) && masters(&views[0]).len() == 3
         });
     }
 
