@@ -21,6 +21,7 @@ use crate::owner::LockOwner;
 use crate::pubsub::{Flavour, PubSub};
 use crate::replicas::Replicas;
 use crate::script::{Call, ScriptRunner};
+use crate::sentinel;
 use crate::watchdog::Watchdog;
 
 /// Settings fixed when the client is built.
@@ -118,6 +119,7 @@ impl Engine {
         tokio::spawn(watchdog.clone().run(scripts.clone()));
         let latches = Latches::new();
         tokio::spawn(latches.clone().run(redis.clone(), shutdown_rx.clone()));
+        sentinel::follow_failovers(&redis, &subscriber, shutdown_rx.clone());
         let pubsub = PubSub::start(subscriber, settings.flavour, shutdown_rx);
         let replicas = Replicas::new(settings.replica_wait);
         let server = format!("{:?}", redis.client_config().server);

@@ -23,6 +23,7 @@ mod release;
 mod replicas;
 mod rw_lock;
 mod script;
+mod sentinel;
 mod spin_lock;
 mod time;
 mod wait;
