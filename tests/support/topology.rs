@@ -368,16 +368,37 @@ impl SentinelSetup {
     }
 }
 
-/// A replica of `master`, in sync.
+/// A replica of `master`, in sync. `DEBUG SLEEP` pauses it.
 pub fn start_replica_of(master: &RedisServer) -> RedisServer {
     let port = master.port().to_string();
-    let mut args = vec!["--replicaof", "127.0.0.1", port.as_str()];
+    let mut args = vec![
+        "--replicaof",
+        "127.0.0.1",
+        port.as_str(),
+        "--enable-debug-command",
+        "yes",
+    ];
     args.extend(REPLICATION);
     let replica = RedisServer::start_with_args(&args);
     settle("the replica to sync", || {
         replica
             .command(&["INFO", "replication"])
             .contains("master_link_status:up")
+    });
+    // After a first sync the master streams writes only once the replica has acknowledged
+    // (up to a second later): wait until a write has reached it.
+    master.command(&["SET", "replica-probe", &replica.port().to_string()]);
+    let me = format!("port={}", replica.port());
+    settle("the replica to acknowledge a write", || {
+        let info = master.command(&["INFO", "replication"]);
+        let offset = info
+            .lines()
+            .find_map(|line| line.strip_prefix("master_repl_offset:"))
+            .unwrap_or_default()
+            .trim()
+            .to_string();
+        info.lines()
+            .any(|line| line.contains(&me) && line.contains(&format!("offset={offset},")))
     });
     replica
 }
