@@ -134,7 +134,11 @@ async fn an_acquisition_no_replica_confirms_is_undone() {
     // Undone on the master: nobody holds the lock.
     assert_eq!(master.command(&["EXISTS", "unconfirmed"]), "0");
     assert!(!lock.is_held_by(&me).await.unwrap());
-    assert_eq!(checked.renewed_holds(), 1, "only the hold taken before the pause");
+    assert_eq!(
+        checked.renewed_holds(),
+        1,
+        "only the hold taken before the pause"
+    );
 
     // A release no replica confirms happened on the master, and says so.
     let released = held_guard.unlock().await;
