@@ -8,7 +8,7 @@
 -- ARGV[1]  owner field <client uuid>:<owner id> of the waiter that leaves
 -- ARGV[2]  that waiter's wait in ms (what it added to the deadlines behind it)
 -- ARGV[3]  unlock message, always "0"
--- ARGV[4]  publish command, PUBLISH or SPUBLISH
+-- ARGV[4]  how to tell waiters: publish, spublish or both (see publish.lua)
 --
 -- Reply: nil, always. The deadline of every waiter behind the owner moves up by its wait
 -- (a waiter without a deadline is left without one); then the owner is removed from both

@@ -7,7 +7,7 @@
 -- KEYS[4]  channel base redisson_lock__channel:{<raw>}; the head <h> is told on <base>:<h>
 -- ARGV[1]  unlock message, always "0"
 -- ARGV[2]  now: the caller's wall clock in epoch ms
--- ARGV[3]  publish command, PUBLISH or SPUBLISH
+-- ARGV[3]  how to tell waiters: publish, spublish or both (see publish.lua)
 --
 -- Reply: 1 when a hold was deleted (and the head waiter, if any, was told); 0 when the
 -- lock was free. The queue itself is left alone.

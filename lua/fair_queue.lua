@@ -25,6 +25,6 @@ end
 local function tell_head(queue, channel_base, publish, message)
     local head = redis.call('lindex', queue, 0)
     if head then
-        redis.call(publish, channel_base .. ':' .. head, message)
+        notify(publish, channel_base .. ':' .. head, message)
     end
 end

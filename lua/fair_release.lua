@@ -10,7 +10,7 @@
 -- ARGV[2]  lease in ms that a partial release resets the TTL to
 -- ARGV[3]  owner field <client uuid>:<owner id>
 -- ARGV[4]  now: the caller's wall clock in epoch ms
--- ARGV[5]  publish command, PUBLISH or SPUBLISH
+-- ARGV[5]  how to tell waiters: publish, spublish or both (see publish.lua)
 -- ARGV[6]  latch TTL in ms
 --
 -- Reply: nil when the owner holds nothing; 0 when holds remain (re-entered; the TTL is

@@ -8,7 +8,7 @@
 -- ARGV[1]  unlock message, always "0"
 -- ARGV[2]  lease in ms that a partial release resets the TTL to
 -- ARGV[3]  owner field <client uuid>:<owner id>
--- ARGV[4]  publish command, PUBLISH or SPUBLISH; empty to publish nothing (spin lock)
+-- ARGV[4]  how to tell waiters: publish, spublish or both; empty to tell no one (spin lock)
 -- ARGV[5]  latch TTL in ms
 --
 -- Reply: nil when the owner holds nothing (no latch is written);
@@ -28,7 +28,7 @@ local released = release_hold(key, owner, lease)
 if released == nil then
     return nil
 end
-if released == 1 and publish ~= '' then
-    redis.call(publish, channel, message)
+if released == 1 then
+    notify(publish, channel, message)
 end
 return latch_record(latch, latch_ttl, released)

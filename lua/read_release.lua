@@ -8,7 +8,7 @@
 -- KEYS[5]  unlock latch redisson_unlock_latch:{<raw>}:<request id>
 -- ARGV[1]  unlock message, always "0"
 -- ARGV[2]  owner field <client uuid>:<owner id>
--- ARGV[3]  publish command, PUBLISH or SPUBLISH
+-- ARGV[3]  how to tell waiters: publish, spublish or both (see publish.lua)
 -- ARGV[4]  latch TTL in ms
 --
 -- Reply: nil when the owner holds no read hold; 0 when the lock is still held (by this
@@ -33,7 +33,7 @@ end
 
 local mode = redis.call('hget', key, 'mode')
 if not mode then
-    redis.call(publish, channel, message)
+    notify(publish, channel, message)
     return latch_record(latch, latch_ttl, nil)
 end
 if redis.call('hexists', key, owner) == 0 then
@@ -68,5 +68,5 @@ if redis.call('hlen', key) > 1 then
 end
 
 redis.call('del', key)
-redis.call(publish, channel, message)
+notify(publish, channel, message)
 return latch_record(latch, latch_ttl, 1)

@@ -6,7 +6,7 @@
 -- ARGV[1]  write unlock message, always "1" (wakes every waiter of each client)
 -- ARGV[2]  lease in ms that a partial release resets the TTL to
 -- ARGV[3]  the owner's write field <client uuid>:<owner id>:write
--- ARGV[4]  publish command, PUBLISH or SPUBLISH
+-- ARGV[4]  how to tell waiters: publish, spublish or both (see publish.lua)
 -- ARGV[5]  latch TTL in ms
 --
 -- Reply: nil when the owner holds no write hold; 0 when write holds remain (re-entered; the
@@ -33,7 +33,7 @@ end
 
 local mode = redis.call('hget', key, 'mode')
 if not mode then
-    redis.call(publish, channel, message)
+    notify(publish, channel, message)
     return latch_record(latch, latch_ttl, nil)
 end
 if mode ~= 'write' or redis.call('hexists', key, write_owner) == 0 then
@@ -48,5 +48,5 @@ if redis.call('hlen', key) == 1 then
 else
     redis.call('hset', key, 'mode', 'read')
 end
-redis.call(publish, channel, message)
+notify(publish, channel, message)
 return latch_record(latch, latch_ttl, 1)

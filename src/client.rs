@@ -7,11 +7,11 @@ use std::time::Duration;
 use fred::clients::{Client, SubscriberClient};
 use fred::interfaces::ClientLike;
 use fred::types::config::{Config, ReconnectPolicy};
-use fred::types::Builder;
+use fred::types::{Builder, ClusterHash, CustomCommand, Value};
 use uuid::Uuid;
 
 use crate::engine::{Engine, Settings};
-use crate::error::{Error, Result};
+use crate::error::{is_transient, Error, Result};
 use crate::fair_lock::FairLock;
 use crate::fenced_lock::FencedLock;
 use crate::guard::Lease;
@@ -19,7 +19,7 @@ use crate::lock::Lock;
 use crate::multi_lock::{MultiLock, MultiMember, RedLock};
 use crate::non_reentrant::{NonReentrantFairLock, NonReentrantLock};
 use crate::owner::LockOwner;
-use crate::pubsub::Flavour;
+use crate::pubsub::{Flavour, PubSubMode};
 use crate::rw_lock::ReadWriteLock;
 use crate::spin_lock::SpinLock;
 
@@ -234,6 +234,9 @@ enum Source {
 /// - `command_timeout`: 3 s (Redisson's `timeout`).
 /// - `fair_wait_timeout`: 5 min (Redisson's `fairLockWaitTimeout`).
 /// - `group_renewals_by_slot`: on for clusters, off otherwise.
+/// - `pubsub_mode`: [`PubSubMode::Auto`] (Redisson's `shardedSubscriptionMode` AUTO).
+/// - `wait_for_replicas`: on, with a 1 s timeout (Redisson's `checkLockSyncedSlaves` and
+///   `slavesSyncTimeout`).
 #[must_use]
 pub struct LockClientBuilder {
     source: Source,
@@ -242,6 +245,8 @@ pub struct LockClientBuilder {
     command_timeout: Duration,
     fair_wait_timeout: Duration,
     renew_by_slot: Option<bool>,
+    pubsub_mode: PubSubMode,
+    replica_wait: Option<Duration>,
 }
 
 impl fmt::Debug for LockClientBuilder {
@@ -264,6 +269,8 @@ impl Default for LockClientBuilder {
             command_timeout: Duration::from_secs(3),
             fair_wait_timeout: Duration::from_secs(300),
             renew_by_slot: None,
+            pubsub_mode: PubSubMode::Auto,
+            replica_wait: Some(Duration::from_secs(1)),
         }
     }
 }
@@ -272,6 +279,28 @@ impl LockClientBuilder {
     /// Connect to the server of a `redis://` or `rediss://` URL (or any URL fred accepts).
     pub fn url(mut self, url: &str) -> Self {
         self.source = Source::Url(url.to_owned());
+        self
+    }
+
+    /// Connect to the master that the Sentinels at `sentinels` (`(host, port)` pairs) name
+    /// for `service` (Redisson's `useSentinelServers().setMasterName(service)`); the same as
+    /// a `redis-sentinel://host:port?sentinelServiceName=service&node=host2:port2` URL. The
+    /// connections follow a failover: a command refused by a demoted master (READONLY)
+    /// makes them ask the Sentinels again.
+    pub fn sentinel(
+        mut self,
+        service: &str,
+        sentinels: impl IntoIterator<Item = (impl Into<String>, u16)>,
+    ) -> Self {
+        let hosts: Vec<(String, u16)> = sentinels
+            .into_iter()
+            .map(|(host, port)| (host.into(), port))
+            .collect();
+        let config = Config {
+            server: fred::types::config::ServerConfig::new_sentinel(hosts, service),
+            ..Config::default()
+        };
+        self.source = Source::Config(Box::new(config));
         self
     }
 
@@ -320,6 +349,32 @@ impl LockClientBuilder {
         self
     }
 
+    /// Which pub/sub commands carry unlock messages; see [`PubSubMode`]. Match the
+    /// `shardedSubscriptionMode` of the Java clients that share the locks: `Auto` works
+    /// with Java's `AUTO` and `ON` (and hears Java's `OFF`), `Classic` with `OFF` and with
+    /// Redisson before 3.22, `Both` with a mix. Outside a cluster, `Auto` is classic
+    /// pub/sub, as in Redisson.
+    pub fn pubsub_mode(mut self, mode: PubSubMode) -> Self {
+        self.pubsub_mode = mode;
+        self
+    }
+
+    /// Whether every acquisition and release on a master with replicas waits until a
+    /// replica has it (`WAIT`, for at most `timeout`), as Redisson's
+    /// `checkLockSyncedSlaves` with `slavesSyncTimeout`. When no replica confirms, an
+    /// acquisition is undone and fails with [`Error::NotReplicated`]; a release fails with
+    /// the same error after it happened on the master. Without replicas nothing is waited
+    /// for.
+    ///
+    /// While a replica lags, every command of this client waits behind the `WAIT` on the
+    /// connection to that master, up to `timeout` (at most half the command timeout).
+    /// `None` turns the check off: a failover
+    /// right after an acquisition may then lose the hold without anyone noticing.
+    pub fn wait_for_replicas(mut self, timeout: Option<Duration>) -> Self {
+        self.replica_wait = timeout;
+        self
+    }
+
     /// A fair lock waiter's wait in the queue (Redisson's `fairLockWaitTimeout`): how long
     /// a waiter that stops asking (its process crashed or froze, or it lost Redis) can hold
     /// up the queue once it is first in line. It applies to [`FairLock::lock`]; a
@@ -365,6 +420,13 @@ impl LockClientBuilder {
         // Unlock latches live for a few command timeouts.
         check_millis("command_timeout", self.command_timeout, 1, max / 4)?;
         check_millis("fair_wait_timeout", self.fair_wait_timeout, 1, max)?;
+        if let Some(wait) = self.replica_wait {
+            check_millis("the replica wait", wait, 1, max)?;
+        }
+        // A WAIT must be answered within the command timeout.
+        let replica_wait = self
+            .replica_wait
+            .map(|wait| wait.min(self.command_timeout / 2));
         let command_timeout = self.command_timeout;
         let configure = |builder: &mut Builder| {
             builder
@@ -419,18 +481,20 @@ impl LockClientBuilder {
                 (redis, subscriber, false)
             }
         };
-        let flavour = if redis.is_clustered() {
-            Flavour::Sharded
-        } else {
-            Flavour::Classic
+        let clustered = redis.is_clustered();
+        let sharded_supported = match (self.pubsub_mode, clustered) {
+            (PubSubMode::Classic, _) | (PubSubMode::Auto, false) => false,
+            _ => has_sharded_pubsub(&redis).await?,
         };
+        let flavour = Flavour::of(self.pubsub_mode, clustered, sharded_supported)?;
         let settings = Settings {
             watchdog_timeout: self.watchdog_timeout,
             name_prefix: self.name_prefix,
             command_timeout,
             flavour,
             fair_wait_timeout: self.fair_wait_timeout,
-            renew_by_slot: self.renew_by_slot.unwrap_or(flavour == Flavour::Sharded),
+            renew_by_slot: self.renew_by_slot.unwrap_or(clustered),
+            replica_wait,
         };
         Ok(LockClient {
             engine: Engine::start(redis, subscriber, settings, owns_redis),
@@ -452,6 +516,18 @@ async fn connect(
         return Err(error.into());
     }
     Ok((redis, subscriber))
+}
+
+/// Whether the server has sharded pub/sub (Redis 7 and later), asked as Redisson's AUTO
+/// mode does, with `PUBSUB SHARDNUMSUB`.
+async fn has_sharded_pubsub(redis: &Client) -> Result<bool> {
+    let probe = CustomCommand::new_static("PUBSUB", ClusterHash::Random, false);
+    match redis.custom::<Value, _>(probe, vec!["SHARDNUMSUB"]).await {
+        Ok(_) => Ok(true),
+        // An older server refuses the subcommand; a connection error is no answer.
+        Err(error) if is_transient(&error) => Err(error.into()),
+        Err(_) => Ok(false),
+    }
 }
 
 /// Whether `url` asks for TLS (`rediss://`, `valkeys://` and their cluster and sentinel forms).

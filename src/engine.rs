@@ -19,7 +19,9 @@ use crate::error::{map_redis_error, Error, Result};
 use crate::latches::Latches;
 use crate::owner::LockOwner;
 use crate::pubsub::{Flavour, PubSub};
+use crate::replicas::Replicas;
 use crate::script::{Call, ScriptRunner};
+use crate::sentinel;
 use crate::watchdog::Watchdog;
 
 /// Settings fixed when the client is built.
@@ -34,6 +36,8 @@ pub(crate) struct Settings {
     pub(crate) fair_wait_timeout: Duration,
     /// Whether each renewal script covers holds of one cluster slot only.
     pub(crate) renew_by_slot: bool,
+    /// How long a lock script's write waits for a replica; `None` when it does not.
+    pub(crate) replica_wait: Option<Duration>,
 }
 
 pub(crate) struct Engine {
@@ -44,6 +48,7 @@ pub(crate) struct Engine {
     pub(crate) pubsub: PubSub,
     pub(crate) watchdog: Arc<Watchdog>,
     pub(crate) latches: Arc<Latches>,
+    pub(crate) replicas: Replicas,
     /// The server (or servers) of this client's configuration, as text.
     pub(crate) server: String,
     next_owner: AtomicU64,
@@ -114,7 +119,9 @@ impl Engine {
         tokio::spawn(watchdog.clone().run(scripts.clone()));
         let latches = Latches::new();
         tokio::spawn(latches.clone().run(redis.clone(), shutdown_rx.clone()));
+        sentinel::follow_failovers(&redis, &subscriber, shutdown_rx.clone());
         let pubsub = PubSub::start(subscriber, settings.flavour, shutdown_rx);
+        let replicas = Replicas::new(settings.replica_wait);
         let server = format!("{:?}", redis.client_config().server);
         Arc::new(Engine {
             redis,
@@ -124,6 +131,7 @@ impl Engine {
             pubsub,
             watchdog,
             latches,
+            replicas,
             server,
             next_owner: AtomicU64::new(1),
             closed: AtomicBool::new(false),
@@ -169,7 +177,7 @@ impl Engine {
         Ok(permit)
     }
 
-    /// The PUBLISH or SPUBLISH command the scripts must use.
+    /// How the scripts must publish (see `lua/publish.lua`).
     pub(crate) fn publish_command(&self) -> &'static str {
         self.settings.flavour.publish_command()
     }

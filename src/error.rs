@@ -59,6 +59,20 @@ pub enum Error {
         detail: String,
     },
 
+    /// The lock's master has replicas, but none confirmed the write within the replica
+    /// wait timeout (see
+    /// [`LockClientBuilder::wait_for_replicas`](crate::LockClientBuilder::wait_for_replicas)).
+    /// An acquisition was undone (the owner does not hold the lock); a release did happen
+    /// on the master, but a failover now could bring the hold back until its lease ends.
+    /// Redisson reports this as `NoSyncedSlavesException`.
+    #[error("lock {name:?}: no replica confirmed the write within {timeout:?}")]
+    NotReplicated {
+        /// The lock's name as the caller gave it.
+        name: String,
+        /// How long the replicas were given.
+        timeout: std::time::Duration,
+    },
+
     /// The [`LockClient`](crate::LockClient) was shut down.
     #[error("the lock client was shut down")]
     Closed,
@@ -74,6 +88,7 @@ impl Error {
     pub fn is_retryable(&self) -> bool {
         match self {
             Error::Redis(e) => is_transient(e),
+            Error::NotReplicated { .. } => true,
             _ => false,
         }
     }

@@ -19,7 +19,7 @@ use crate::guard::{Finishing, Lease, LockGuard, Renewal};
 use crate::keys::LockKeys;
 use crate::owner::LockOwner;
 use crate::protocol::{Place, Protocol, Target};
-use crate::release::{release, release_settled, By, Released};
+use crate::release::{release, release_settled, replicated, By, Released};
 use crate::script::Call;
 use crate::time::millis;
 use crate::wait::{self, Wait, WaitStrategy, Wake};
@@ -190,7 +190,22 @@ impl Handle {
                 Box::pin(async move {
                     let _permit = permit.transpose()?;
                     let reply = call.await;
-                    lock.kind.read_acquire(&lock, &owner, script, reply)
+                    let attempt = lock.kind.read_acquire(&lock, &owner, script, reply)?;
+                    if let Attempt::Acquired(_) = attempt {
+                        let engine = &lock.engine;
+                        let key = &lock.keys.raw;
+                        if let Err(error) = engine
+                            .replicas
+                            .acknowledged(&engine.redis, key, &lock.name)
+                            .await
+                        {
+                            // Undo exactly this acquisition: a failover could lose it.
+                            let keep_alive = engine.watchdog.keep_alive(&lock.hold_key(&owner));
+                            drop(release(&lock, &owner, keep_alive.map_or(lease_ms, millis)).await);
+                            return Err(error);
+                        }
+                    }
+                    Ok(attempt)
                 })
             },
             {
@@ -253,6 +268,7 @@ impl Handle {
             for (hold, generation) in registered {
                 engine.watchdog.forget(&hold, Some(generation));
             }
+            replicated(lock).await?;
         }
         Ok(freed)
     }

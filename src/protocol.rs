@@ -42,7 +42,7 @@ impl Target {
         }
     }
 
-    /// The PUBLISH or SPUBLISH command the scripts must use.
+    /// How the scripts must publish (see `lua/publish.lua`).
     pub(crate) fn publish(&self) -> Value {
         Value::from(self.engine.publish_command())
     }

@@ -17,30 +17,94 @@ use std::time::Duration;
 
 use fred::clients::SubscriberClient;
 use fred::error::Error as RedisError;
-use fred::interfaces::{ClientLike, EventInterface, PubsubInterface};
-use fred::types::Value;
+use fred::interfaces::{ClientLike, ClusterInterface, EventInterface, PubsubInterface};
+use fred::types::config::Server;
+use fred::types::{ClusterHash, ClusterStateChange, CustomCommand, Value};
 use parking_lot::Mutex;
 use tokio::sync::{broadcast, mpsc, oneshot, watch, Notify};
 use tokio::time::Instant;
 
 use crate::error::{Error, Result};
 
-/// Which pub/sub commands the deployment's Redisson clients use (protocol §9.2).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Flavour {
-    /// SUBSCRIBE / PUBLISH: single servers, sentinel and replicated setups.
-    Classic,
-    /// SSUBSCRIBE / SPUBLISH: Redis 7+ clusters.
+/// Which pub/sub commands carry unlock messages: Redisson's `shardedSubscriptionMode`.
+/// Set it with [`LockClientBuilder::pubsub_mode`](crate::LockClientBuilder::pubsub_mode).
+///
+/// Waiters and releasers must meet on the same kind of channel: a message sent by PUBLISH
+/// reaches only SUBSCRIBE listeners, one sent by SPUBLISH only SSUBSCRIBE listeners.
+///
+/// # Default
+/// [`PubSubMode::Auto`], as Redisson's default.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum PubSubMode {
+    /// On a cluster whose servers have sharded pub/sub (Redis 7 and later), releases publish
+    /// with SPUBLISH (as Redisson's `AUTO`), and waiters listen to both kinds of channel, so
+    /// Java clients in either mode wake them. Everywhere else, classic pub/sub.
+    #[default]
+    Auto,
+    /// SSUBSCRIBE and SPUBLISH only (Redisson's `ON`). Needs Redis 7.
     Sharded,
+    /// SUBSCRIBE and PUBLISH only (Redisson's `OFF`, and every Redisson before 3.22).
+    Classic,
+    /// Listen to and publish on both kinds: for a cluster whose Java clients run in both
+    /// modes (during an upgrade, say). Every release publishes twice. Needs Redis 7.
+    Both,
+}
+
+/// What this client does with pub/sub, decided from the mode and the deployment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Flavour {
+    /// Waiters listen with SUBSCRIBE.
+    pub(crate) classic: bool,
+    /// Waiters listen with SSUBSCRIBE.
+    pub(crate) sharded: bool,
+    /// What the scripts are told to publish with (see `lua/publish.lua`).
+    publish: &'static str,
 }
 
 impl Flavour {
-    /// The publish command the lock scripts are told to use.
+    pub(crate) const CLASSIC: Flavour = Flavour {
+        classic: true,
+        sharded: false,
+        publish: "publish",
+    };
+
+    /// The flavour of `mode` on a deployment that is a cluster or not, whose servers have
+    /// sharded pub/sub or not.
+    pub(crate) fn of(
+        mode: PubSubMode,
+        clustered: bool,
+        sharded_supported: bool,
+    ) -> Result<Flavour> {
+        let needs_sharded = || {
+            Error::invalid(format!(
+                "pub/sub mode {mode:?} needs sharded pub/sub, which the server lacks (Redis 7 or later)"
+            ))
+        };
+        Ok(match mode {
+            PubSubMode::Classic => Flavour::CLASSIC,
+            PubSubMode::Auto if !(clustered && sharded_supported) => Flavour::CLASSIC,
+            PubSubMode::Auto => Flavour {
+                classic: true,
+                sharded: true,
+                publish: "spublish",
+            },
+            PubSubMode::Sharded if sharded_supported => Flavour {
+                classic: false,
+                sharded: true,
+                publish: "spublish",
+            },
+            PubSubMode::Both if sharded_supported => Flavour {
+                classic: true,
+                sharded: true,
+                publish: "both",
+            },
+            PubSubMode::Sharded | PubSubMode::Both => return Err(needs_sharded()),
+        })
+    }
+
+    /// What the lock scripts are told to publish with.
     pub(crate) fn publish_command(self) -> &'static str {
-        match self {
-            Flavour::Classic => "PUBLISH",
-            Flavour::Sharded => "SPUBLISH",
-        }
+        self.publish
     }
 }
 
@@ -68,6 +132,8 @@ struct Channel {
     notify: Arc<Notify>,
     /// Set once the server has confirmed the subscription.
     subscribed: bool,
+    /// The master that holds the sharded subscription, as the routing table named it.
+    node: Option<Server>,
     /// When the last reference went, if none was taken since.
     idle_since: Option<Instant>,
 }
@@ -78,6 +144,11 @@ struct Channel {
 const LINGER: Duration = Duration::from_millis(500);
 
 type Channels = Mutex<HashMap<Arc<str>, Channel>>;
+
+/// How often a client with sharded subscriptions on a cluster checks which masters serve
+/// their slots. fred drops the server's notice that a subscription moved, so this bounds
+/// how late a waiter may learn of a release that came right after a slot move or failover.
+const TOPOLOGY_CHECK: Duration = Duration::from_secs(1);
 
 enum Request {
     Subscribe(Arc<str>, oneshot::Sender<Result<(), RedisError>>),
@@ -103,6 +174,8 @@ impl PubSub {
             lingering: VecDeque::new(),
             messages: subscriber.message_rx(),
             reconnects: subscriber.reconnect_rx(),
+            cluster_changes: subscriber.cluster_change_rx(),
+            watch_topology: flavour.sharded && subscriber.is_clustered(),
             subscriber,
             flavour,
             channels: channels.clone(),
@@ -123,6 +196,7 @@ impl PubSub {
                 refs: 0,
                 notify: Arc::new(Notify::new()),
                 subscribed: false,
+                node: None,
                 idle_since: None,
             });
             entry.refs += 1;
@@ -208,7 +282,11 @@ struct Task {
     flavour: Flavour,
     channels: Arc<Channels>,
     messages: broadcast::Receiver<fred::types::Message>,
-    reconnects: broadcast::Receiver<fred::types::config::Server>,
+    reconnects: broadcast::Receiver<Server>,
+    cluster_changes: broadcast::Receiver<Vec<ClusterStateChange>>,
+    /// Whether sharded subscriptions live on cluster masters, which a slot move or a
+    /// failover takes them from.
+    watch_topology: bool,
 }
 
 impl Task {
@@ -217,6 +295,8 @@ impl Task {
         mut requests: mpsc::UnboundedReceiver<Request>,
         mut shutdown: watch::Receiver<bool>,
     ) {
+        let mut topology = tokio::time::interval(TOPOLOGY_CHECK);
+        topology.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
                 biased;
@@ -233,6 +313,11 @@ impl Task {
                 reconnect = self.reconnects.recv() => match reconnect {
                     Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => self.resubscribe().await,
                     Err(broadcast::error::RecvError::Closed) => break,
+                },
+                _ = topology.tick(), if self.watch_topology => self.follow_slots().await,
+                change = self.cluster_changes.recv(), if self.watch_topology => match change {
+                    Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => self.follow_slots().await,
+                    Err(broadcast::error::RecvError::Closed) => self.watch_topology = false,
                 },
                 _ = sleep_until_first(&self.lingering), if !self.lingering.is_empty() => {
                     self.expire_idle().await;
@@ -350,22 +435,92 @@ impl Task {
         }
     }
 
+    /// Subscribes `channels` and returns once the server confirmed it.
     async fn subscribe_confirmed(&self, channels: &[Arc<str>]) -> Result<(), RedisError> {
-        let names: Vec<String> = channels.iter().map(|c| c.to_string()).collect();
-        match self.flavour {
-            Flavour::Classic => self.subscriber.subscribe(names).await?,
-            Flavour::Sharded => self.subscriber.ssubscribe(names).await?,
+        if self.flavour.classic {
+            let names: Vec<String> = channels.iter().map(|c| c.to_string()).collect();
+            self.subscriber.subscribe(names).await?;
+            // fred returns before the server has processed SUBSCRIBE; a PING on the same
+            // connection (fred sends classic pub/sub commands of a cluster to one node) is
+            // answered after it.
+            let ping = CustomCommand::new_static("PING", self.classic_node(), false);
+            self.subscriber.custom::<Value, Value>(ping, vec![]).await?;
         }
-        // The PING is answered after the SUBSCRIBE on this same connection was processed.
-        self.subscriber.ping::<Value>(None).await?;
+        if self.flavour.sharded {
+            // One channel a command: channels of different slots may live on different
+            // masters. fred waits for each confirmation.
+            for channel in channels {
+                self.subscriber.ssubscribe(channel.to_string()).await?;
+                let node = self.node_of(channel);
+                if let Some(entry) = self.channels.lock().get_mut(channel) {
+                    entry.node = node;
+                }
+            }
+        }
         Ok(())
     }
 
     async fn unsubscribe(&self, channels: &[Arc<str>]) -> Result<(), RedisError> {
-        let names: Vec<String> = channels.iter().map(|c| c.to_string()).collect();
-        match self.flavour {
-            Flavour::Classic => self.subscriber.unsubscribe(names).await,
-            Flavour::Sharded => self.subscriber.sunsubscribe(names).await,
+        if self.flavour.classic {
+            let names: Vec<String> = channels.iter().map(|c| c.to_string()).collect();
+            self.subscriber.unsubscribe(names).await?;
+        }
+        if self.flavour.sharded {
+            for channel in channels {
+                self.subscriber.sunsubscribe(channel.to_string()).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Where fred sends this client's classic pub/sub commands.
+    fn classic_node(&self) -> ClusterHash {
+        if self.subscriber.is_clustered() {
+            ClusterHash::Custom(fred::util::redis_keyslot(self.subscriber.id().as_bytes()))
+        } else {
+            ClusterHash::Random
+        }
+    }
+
+    /// The master that serves `channel`'s slot, by the subscriber's routing table.
+    fn node_of(&self, channel: &str) -> Option<Server> {
+        let slot = fred::util::redis_keyslot(channel.as_bytes());
+        let routing = self.subscriber.cached_cluster_state()?;
+        routing.get_server(slot).cloned()
+    }
+
+    /// Moves sharded subscriptions whose slot changed masters (a slot migration or a
+    /// failover: the old master drops them with a pushed SUNSUBSCRIBE that fred does not
+    /// report) to the new master, and wakes their waiters, who may have missed a release.
+    async fn follow_slots(&mut self) {
+        let any = self.channels.lock().values().any(|entry| entry.subscribed);
+        if !any {
+            return;
+        }
+        if let Err(error) = self.subscriber.sync_cluster().await {
+            tracing::debug!(%error, "reading the cluster's slots failed");
+            return;
+        }
+        let moved: Vec<Arc<str>> = {
+            let channels = self.channels.lock();
+            channels
+                .iter()
+                .filter(|(name, entry)| entry.subscribed && entry.node != self.node_of(name))
+                .map(|(name, _)| name.clone())
+                .collect()
+        };
+        for channel in moved {
+            tracing::debug!(%channel, "the channel's slot moved; subscribing on its new master");
+            match self.subscriber.ssubscribe(channel.to_string()).await {
+                Ok(()) => {
+                    let node = self.node_of(&channel);
+                    if let Some(entry) = self.channels.lock().get_mut(&channel) {
+                        entry.node = node;
+                        wake(&entry.notify, Wake::All);
+                    }
+                }
+                Err(error) => tracing::debug!(%error, %channel, "resubscribing failed; retrying"),
+            }
         }
     }
 
@@ -399,6 +554,41 @@ async fn sleep_until_first(lingering: &VecDeque<(Instant, Arc<str>)>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn modes_choose_what_to_listen_to_and_publish_with() {
+        let of = |mode, clustered, sharded| {
+            Flavour::of(mode, clustered, sharded).map(|f| (f.classic, f.sharded, f.publish))
+        };
+        // Auto is Redisson's AUTO: sharded publishing only on a cluster that has it.
+        assert_eq!(
+            of(PubSubMode::Auto, false, true).unwrap(),
+            (true, false, "publish")
+        );
+        assert_eq!(
+            of(PubSubMode::Auto, true, false).unwrap(),
+            (true, false, "publish")
+        );
+        assert_eq!(
+            of(PubSubMode::Auto, true, true).unwrap(),
+            (true, true, "spublish")
+        );
+        assert_eq!(
+            of(PubSubMode::Classic, true, true).unwrap(),
+            (true, false, "publish")
+        );
+        assert_eq!(
+            of(PubSubMode::Sharded, true, true).unwrap(),
+            (false, true, "spublish")
+        );
+        assert_eq!(
+            of(PubSubMode::Both, true, true).unwrap(),
+            (true, true, "both")
+        );
+        // Never a publish command the server lacks: a release must not fail after its writes.
+        assert!(of(PubSubMode::Sharded, true, false).is_err());
+        assert!(of(PubSubMode::Both, false, false).is_err());
+    }
 
     #[test]
     fn decodes_redisson_messages() {

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use crate::engine::Engine;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::owner::LockOwner;
 use crate::protocol::Target;
 use crate::script::{nil_or_int, Call};
@@ -37,7 +37,8 @@ pub(crate) fn latch_ttl(engine: &Engine) -> Duration {
 /// `generation`: the owner's entry when the release was sent. A partial release by a guard
 /// changes nothing more; one by the owner ends one hold of the entry. When the lock was
 /// freed or not held, that entry is forgotten (its other guards lose their hold with this
-/// one), never a newer one made by a later acquisition.
+/// one), never a newer one made by a later acquisition. Then waits for a replica to have
+/// the release (see [`Replicas`](crate::replicas::Replicas)).
 pub(crate) async fn release_settled(
     lock: &Target,
     owner: &LockOwner,
@@ -53,7 +54,25 @@ pub(crate) async fn release_settled(
         (Released::Partly, By::Guard) => {}
         (Released::Fully | Released::NotHeld, _) => watchdog.forget(&hold, generation),
     }
+    if released != Released::NotHeld {
+        replicated(lock).await?;
+    }
     Ok(released)
+}
+
+/// Waits until a replica has this client's writes to the lock's master, giving a lagging
+/// replica a second timeout before failing, as Redisson retries a release once.
+pub(crate) async fn replicated(lock: &Target) -> Result<()> {
+    let engine = &lock.engine;
+    let acknowledged = || {
+        engine
+            .replicas
+            .acknowledged(&engine.redis, &lock.keys.raw, &lock.name)
+    };
+    match acknowledged().await {
+        Err(Error::NotReplicated { .. }) => acknowledged().await,
+        done => done,
+    }
 }
 
 /// Runs the kind's release script, resending it with the same request id when the reply

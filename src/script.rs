@@ -155,22 +155,22 @@ macro_rules! scripts {
 
 scripts! {
     LOCK_ACQUIRE => "lock_acquire" with "common",
-    LOCK_RELEASE => "lock_release" with "common", "release",
-    LOCK_FORCE_RELEASE => "lock_force_release",
+    LOCK_RELEASE => "lock_release" with "common", "release", "publish",
+    LOCK_FORCE_RELEASE => "lock_force_release" with "publish",
     RENEW_BATCH => "renew_batch" with "common",
-    FAIR_ACQUIRE => "fair_acquire" with "common", "fair_queue",
-    FAIR_ACQUIRE_FAILED => "fair_acquire_failed" with "fair_queue",
-    FAIR_RELEASE => "fair_release" with "common", "release", "fair_queue",
-    FAIR_FORCE_RELEASE => "fair_force_release" with "fair_queue",
+    FAIR_ACQUIRE => "fair_acquire" with "common", "publish", "fair_queue",
+    FAIR_ACQUIRE_FAILED => "fair_acquire_failed" with "publish", "fair_queue",
+    FAIR_RELEASE => "fair_release" with "common", "release", "publish", "fair_queue",
+    FAIR_FORCE_RELEASE => "fair_force_release" with "publish", "fair_queue",
     FENCED_ACQUIRE => "fenced_acquire" with "common",
     READ_ACQUIRE => "read_acquire" with "common",
-    READ_RELEASE => "read_release" with "common", "release",
-    READ_FORCE_RELEASE => "read_force_release",
+    READ_RELEASE => "read_release" with "common", "release", "publish",
+    READ_FORCE_RELEASE => "read_force_release" with "publish",
     READ_RENEW_BATCH => "read_renew_batch" with "common",
     READ_LOCKED => "read_locked",
     WRITE_ACQUIRE => "write_acquire" with "common",
-    WRITE_RELEASE => "write_release" with "common", "release",
-    WRITE_FORCE_RELEASE => "write_force_release",
+    WRITE_RELEASE => "write_release" with "common", "release", "publish",
+    WRITE_FORCE_RELEASE => "write_force_release" with "publish",
 }
 
 #[cfg(test)]

@@ -4,6 +4,7 @@
 
 pub mod listener;
 pub mod server;
+pub mod topology;
 
 use std::future::Future;
 use std::time::Duration;

@@ -134,6 +134,10 @@ pub struct RedisServer {
     port: u16,
     dir: PathBuf,
     persistent: bool,
+    /// More `redis-server` arguments (cluster mode, replication settings, ...).
+    extra: Vec<String>,
+    /// A config file written to the data directory and passed first (a sentinel's).
+    config: Option<String>,
 }
 
 impl RedisServer {
@@ -148,7 +152,25 @@ impl RedisServer {
         Self::start_impl(true)
     }
 
+    /// Starts a throw-away server with more command-line arguments.
+    pub fn start_with_args(args: &[&str]) -> RedisServer {
+        Self::start_custom(None, args)
+    }
+
+    /// Starts a Sentinel whose config file holds `config`.
+    pub fn start_sentinel(config: &str) -> RedisServer {
+        Self::start_custom(Some(config.to_owned()), &["--sentinel"])
+    }
+
     fn start_impl(persistent: bool) -> RedisServer {
+        Self::start_full(persistent, None, &[])
+    }
+
+    fn start_custom(config: Option<String>, args: &[&str]) -> RedisServer {
+        Self::start_full(false, config, args)
+    }
+
+    fn start_full(persistent: bool, config: Option<String>, args: &[&str]) -> RedisServer {
         static COUNTER: AtomicUsize = AtomicUsize::new(0);
         let mut last_error = String::new();
         // The port is free when we pick it but may be grabbed by someone else
@@ -168,6 +190,8 @@ impl RedisServer {
                 port,
                 dir,
                 persistent,
+                extra: args.iter().map(|arg| arg.to_string()).collect(),
+                config: config.clone(),
             };
             match server.launch() {
                 Ok(()) => return server,
@@ -275,12 +299,21 @@ impl RedisServer {
     fn launch(&mut self) -> Result<(), String> {
         let binary = ensure_redis_server();
         let mut cmd = Command::new(&binary);
+        if let Some(config) = &self.config {
+            let file = self.dir.join("redis.conf");
+            fs::write(&file, config)
+                .map_err(|e| format!("cannot write {}: {e}", file.display()))?;
+            cmd.arg(file);
+        }
         cmd.arg("--port").arg(self.port.to_string());
-        cmd.args(["--bind", "127.0.0.1", "--save", ""]);
-        if self.persistent {
-            cmd.args(["--appendonly", "yes", "--appendfsync", "always"]);
-        } else {
-            cmd.args(["--appendonly", "no"]);
+        cmd.args(["--bind", "127.0.0.1"]);
+        if self.config.is_none() {
+            cmd.args(["--save", ""]);
+            if self.persistent {
+                cmd.args(["--appendonly", "yes", "--appendfsync", "always"]);
+            } else {
+                cmd.args(["--appendonly", "no"]);
+            }
         }
         cmd.arg("--dir").arg(&self.dir);
         cmd.args([
@@ -292,6 +325,7 @@ impl RedisServer {
             "warning",
         ]);
         cmd.arg("--logfile").arg(self.dir.join("redis.log"));
+        cmd.args(&self.extra);
         cmd.stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null());

@@ -1,0 +1,317 @@
+//! Every lock kind on a 3-master + 3-replica Redis Cluster: exclusion, wake-ups across
+//! clients, the pub/sub modes, and holds and waiters that live through a slot migration and
+//! a master failover.
+
+mod support;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use fred::prelude::*;
+use redisson_lock::{LockClient, LockClientBuilder, PubSubMode};
+use support::topology::{settle, shared_cluster, Cluster};
+use support::*;
+
+/// A client of `cluster` whose holds outlive the test unless released: a waiter can only
+/// learn of a release by its message.
+async fn cluster_client(cluster: &Cluster, mode: PubSubMode) -> LockClient {
+    cluster_client_with(cluster, |b| b.pubsub_mode(mode)).await
+}
+
+async fn cluster_client_with(
+    cluster: &Cluster,
+    configure: impl FnOnce(LockClientBuilder) -> LockClientBuilder,
+) -> LockClient {
+    let builder = LockClient::builder()
+        .url(&cluster.url())
+        .watchdog_timeout(Duration::from_secs(30))
+        .command_timeout(Duration::from_secs(5));
+    configure(builder)
+        .build()
+        .await
+        .expect("connect to the test cluster")
+}
+
+/// How many connections the master serving `channel` counts as sharded subscribers.
+fn sharded_subscribers(cluster: &Cluster, channel: &str) -> u64 {
+    let reply = cluster
+        .master_of(channel)
+        .command(&["PUBSUB", "SHARDNUMSUB", channel]);
+    reply.lines().last().unwrap().parse().unwrap()
+}
+
+/// Waits until the master serving `channel` has a sharded subscriber of it.
+async fn sharded_subscribed(cluster: &Cluster, channel: &str) {
+    eventually(
+        Duration::from_secs(10),
+        &format!("a sharded subscriber of {channel}"),
+        || sharded_subscribers(cluster, channel) >= 1,
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn holders_in_two_clients_exclude_each_other() {
+    let cluster = shared_cluster();
+    let clients = [
+        cluster_client(&cluster, PubSubMode::Auto).await,
+        cluster_client(&cluster, PubSubMode::Auto).await,
+    ];
+    let counter = "{cluster-exclusion}:counter";
+    let redis = clients[0].redis().clone();
+    let mut tasks = Vec::new();
+    for client in &clients {
+        for _ in 0..4 {
+            let (lock, redis) = (client.lock("{cluster-exclusion}").unwrap(), redis.clone());
+            let me = client.new_owner();
+            tasks.push(tokio::spawn(async move {
+                for _ in 0..25 {
+                    let guard = lock.lock(&me).await.unwrap();
+                    // A read-modify-write that loses updates unless the lock excludes.
+                    let value: Option<i64> = redis.get(counter).await.unwrap();
+                    tokio::task::yield_now().await;
+                    let _: () = redis
+                        .set(counter, value.unwrap_or(0) + 1, None, None, false)
+                        .await
+                        .unwrap();
+                    guard.unlock().await.unwrap();
+                }
+            }));
+        }
+    }
+    for task in tasks {
+        within(60 * SECOND, "the counting tasks", task)
+            .await
+            .unwrap();
+    }
+    let total: i64 = redis.get(counter).await.unwrap();
+    assert_eq!(total, 2 * 4 * 25);
+}
+
+/// A waiter in another client wakes on the release of every kind that waits by message.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_kind_wakes_a_waiter_in_another_client() {
+    let cluster = shared_cluster();
+    let holder = cluster_client(&cluster, PubSubMode::Auto).await;
+    let waiter = cluster_client(&cluster, PubSubMode::Auto).await;
+    let (me, other) = (holder.new_owner(), waiter.new_owner());
+
+    let lock = holder.lock("wake-plain").unwrap();
+    let guard = lock.lock(&me).await.unwrap();
+    let waiting = tokio::spawn(waiter.lock("wake-plain").unwrap().lock(&other));
+    sharded_subscribed(&cluster, &lock_channel("wake-plain")).await;
+    guard.unlock().await.unwrap();
+    woken_and_released("plain waiter", waiting).await;
+
+    let fenced = holder.fenced_lock("wake-fenced").unwrap();
+    let guard = fenced.lock(&me).await.unwrap();
+    let waiting = tokio::spawn(waiter.fenced_lock("wake-fenced").unwrap().lock(&other));
+    sharded_subscribed(&cluster, &lock_channel("wake-fenced")).await;
+    let token = guard.token();
+    guard.unlock().await.unwrap();
+    let woken = within(WAKE, "fenced waiter", waiting)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(woken.token() > token);
+    woken.unlock().await.unwrap();
+
+    let fair = holder.fair_lock("wake-fair").unwrap();
+    let guard = fair.lock(&me).await.unwrap();
+    let waiting = tokio::spawn(waiter.fair_lock("wake-fair").unwrap().lock(&other));
+    // A fair waiter listens on its own channel.
+    let field = format!("{}:{}", other.client_id(), other.id());
+    let channel = format!("{}:{field}", lock_channel("wake-fair"));
+    sharded_subscribed(&cluster, &channel).await;
+    guard.unlock().await.unwrap();
+    woken_and_released("fair waiter", waiting).await;
+
+    let rw = holder.read_write_lock("wake-rw").unwrap();
+    let writing = rw.write(&me).await.unwrap();
+    let reader = waiter.read_write_lock("wake-rw").unwrap();
+    let reading = tokio::spawn(async move { reader.read(&other).await });
+    sharded_subscribed(&cluster, "redisson_rwlock:{wake-rw}").await;
+    writing.unlock().await.unwrap();
+    let read = within(WAKE, "reader", reading).await.unwrap().unwrap();
+    read.unlock().await.unwrap();
+}
+
+/// In `Auto`, a waiter hears a Java client of either sharded mode: one that publishes with
+/// PUBLISH (`OFF`, or Redisson before 3.22) and one that publishes with SPUBLISH.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn auto_waiters_hear_classic_and_sharded_publishers() {
+    let cluster = shared_cluster();
+    let client = cluster_client(&cluster, PubSubMode::Auto).await;
+    let redis = client.redis().clone();
+    for publish in ["PUBLISH", "SPUBLISH"] {
+        let name = format!("java-{publish}");
+        let channel = lock_channel(&name);
+        // A Java hold that outlives the test unless released.
+        let _: () = redis.hset(&name, (JAVA_OWNER, 1)).await.unwrap();
+        let _: () = redis.pexpire(&name, 60_000, None).await.unwrap();
+        let lock = client.lock(&name).unwrap();
+        let me = client.new_owner();
+        let waiting = tokio::spawn(async move { lock.lock(&me).await });
+        sharded_subscribed(&cluster, &channel).await;
+        eventually(Duration::from_secs(10), "a classic subscriber", || {
+            cluster
+                .servers
+                .iter()
+                .any(|s| subscribers(s, &channel) >= 1)
+        })
+        .await;
+        // The Java release: the hold goes, then the message.
+        let _: () = redis.del(&name).await.unwrap();
+        let master = cluster.master_of(&name);
+        master.command(&[publish, &channel, "0"]);
+        woken_and_released(publish, waiting).await;
+    }
+}
+
+/// Which commands our release publishes with, by mode, as a Java listener of each kind
+/// sees it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_mode_publishes_where_it_says() {
+    let cluster = shared_cluster();
+    for (mode, classic, sharded) in [
+        (PubSubMode::Auto, false, true),
+        (PubSubMode::Sharded, false, true),
+        (PubSubMode::Classic, true, false),
+        (PubSubMode::Both, true, true),
+    ] {
+        let name = format!("published-{mode:?}");
+        let channel = lock_channel(&name);
+        let master = cluster.master_of(&name);
+        let listener = Builder::from_config(Config::from_url(&master.url()).unwrap())
+            .build_subscriber_client()
+            .unwrap();
+        listener.init().await.unwrap();
+        let mut messages = listener.message_rx();
+        listener.subscribe(channel.as_str()).await.unwrap();
+        listener.ssubscribe(channel.as_str()).await.unwrap();
+        let _: Value = listener.ping(None).await.unwrap();
+
+        let client = cluster_client(&cluster, mode).await;
+        let me = client.new_owner();
+        let guard = client.lock(&name).unwrap().lock(&me).await.unwrap();
+        guard.unlock().await.unwrap();
+        // A marker published after the release tells the listener it has seen everything.
+        master.command(&["PUBLISH", &channel, "marker"]);
+        let (mut heard_classic, mut heard_sharded) = (false, false);
+        loop {
+            let message = within(WAKE, "the marker", messages.recv()).await.unwrap();
+            let payload: String = message.value.convert().unwrap();
+            if payload == "marker" {
+                break;
+            }
+            assert_eq!(payload, "0");
+            match message.kind {
+                fred::types::MessageKind::Message => heard_classic = true,
+                fred::types::MessageKind::SMessage => heard_sharded = true,
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+        assert_eq!(
+            (heard_classic, heard_sharded),
+            (classic, sharded),
+            "{mode:?}"
+        );
+        client.shutdown().await;
+        listener.quit().await.unwrap();
+    }
+}
+
+/// Moves the slot of a held lock with a waiter in another client to another master: the
+/// holder keeps renewing, and the waiter wakes on the release, not at the lease's end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hold_and_a_waiter_live_through_a_slot_migration() {
+    let cluster = Cluster::start();
+    let name = "migrated";
+    // A short watchdog: the holder renews several times across the migration.
+    let holder = cluster_client_with(&cluster, |b| b.watchdog_timeout(3 * SECOND)).await;
+    let waiter = cluster_client(&cluster, PubSubMode::Auto).await;
+    let (me, other) = (holder.new_owner(), waiter.new_owner());
+    let guard = holder.lock(name).unwrap().lock(&me).await.unwrap();
+    let waiting = tokio::spawn(waiter.lock(name).unwrap().lock(&other));
+    let channel = lock_channel(name);
+    sharded_subscribed(&cluster, &channel).await;
+
+    let slot = cluster.slot(name);
+    let target = cluster.other_master(slot);
+    cluster.migrate_slot(slot, &target);
+    // The waiter's subscription followed the slot to its new master.
+    sharded_subscribed(&cluster, &channel).await;
+    assert_eq!(cluster.master_of(name).port(), target.port);
+    // Past two renewals, the hold is still there and still ours.
+    tokio::time::sleep(3 * SECOND).await;
+    assert!(!guard.is_lease_lost());
+    assert!(pttl(cluster.master_of(name), name) > 1_000);
+    assert!(!waiting.is_finished());
+
+    let released = Instant::now();
+    guard.unlock().await.unwrap();
+    woken_and_released("the waiter after the migration", waiting).await;
+    assert!(released.elapsed() < WAKE);
+}
+
+/// Fails the master of a held lock over to its replica with a waiter in another client:
+/// the hold survives, the holder keeps renewing, the waiter wakes on the release.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hold_and_a_waiter_live_through_a_master_failover() {
+    let cluster = Cluster::start();
+    let name = "failed-over";
+    let holder = cluster_client_with(&cluster, |b| b.watchdog_timeout(3 * SECOND)).await;
+    let waiter = cluster_client(&cluster, PubSubMode::Auto).await;
+    let (me, other) = (holder.new_owner(), waiter.new_owner());
+    let guard = holder.lock(name).unwrap().lock(&me).await.unwrap();
+    let waiting = tokio::spawn(waiter.lock(name).unwrap().lock(&other));
+    let channel = lock_channel(name);
+    sharded_subscribed(&cluster, &channel).await;
+
+    let slot = cluster.slot(name);
+    let old = cluster.master_of_slot(slot);
+    let new = cluster.failover(slot);
+    assert_ne!(new.id, old.id);
+    sharded_subscribed(&cluster, &channel).await;
+    tokio::time::sleep(3 * SECOND).await;
+    assert!(!guard.is_lease_lost());
+    assert!(pttl(cluster.master_of(name), name) > 1_000);
+    assert!(!waiting.is_finished());
+
+    guard.unlock().await.unwrap();
+    woken_and_released("the waiter after the failover", waiting).await;
+}
+
+/// Multi-lock members on different slots of one cluster and on two clusters.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn multi_lock_members_on_many_slots_and_clusters() {
+    let cluster = shared_cluster();
+    let other_cluster = Arc::new(Cluster::start());
+    let a = cluster_client(&cluster, PubSubMode::Auto).await;
+    let b = cluster_client(&other_cluster, PubSubMode::Auto).await;
+    let names = ["multi-1", "multi-2", "multi-3", "multi-4"];
+    let slots: std::collections::HashSet<u16> = names.iter().map(|n| cluster.slot(n)).collect();
+    assert!(slots.len() > 1, "the members span slots");
+    let mut members: Vec<redisson_lock::Lock> = names.iter().map(|n| a.lock(n).unwrap()).collect();
+    members.push(b.lock("multi-remote").unwrap());
+    let multi = a.multi_lock(members.clone()).unwrap();
+    let me = a.new_owner();
+    let guard = multi.lock(&me).await.unwrap();
+    for member in &members {
+        assert!(member.is_held_by(&me).await.unwrap());
+    }
+    let red = a.red_lock(members.clone()).unwrap();
+    let other = a.new_owner();
+    assert!(red.try_lock(&other).await.unwrap().is_none());
+    guard.unlock().await.unwrap();
+    for member in &members {
+        assert!(!member.is_locked().await.unwrap());
+    }
+    let red_guard = red
+        .try_lock(&other)
+        .await
+        .unwrap()
+        .expect("a majority is free");
+    red_guard.unlock().await.unwrap();
+    settle("nothing left", || true);
+}

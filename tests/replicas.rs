@@ -1,0 +1,162 @@
+//! Replica acknowledgement on a master with a replica: every acquisition and release waits
+//! until the replica has it; when the replica does not confirm, an acquisition is undone
+//! and fails clearly, and with the check off it goes ahead.
+
+mod support;
+
+use std::time::Duration;
+
+use redisson_lock::{Error, LockClient, LockClientBuilder};
+use support::topology::start_replica_of;
+use support::*;
+
+/// A master with one replica in sync.
+fn replicated() -> (RedisServer, RedisServer) {
+    let master = RedisServer::start_with_args(&[
+        "--repl-diskless-sync",
+        "yes",
+        "--repl-diskless-sync-delay",
+        "0",
+    ]);
+    let replica = start_replica_of(&master);
+    (master, replica)
+}
+
+async fn client_of(
+    master: &RedisServer,
+    configure: impl FnOnce(LockClientBuilder) -> LockClientBuilder,
+) -> LockClient {
+    let builder = LockClient::builder()
+        .url(&master.url())
+        .watchdog_timeout(Duration::from_secs(30))
+        .command_timeout(Duration::from_secs(5));
+    configure(builder).build().await.unwrap()
+}
+
+/// Pauses `replica` for `seconds` in a thread of its own; joins when dropped.
+struct Paused(Option<std::thread::JoinHandle<()>>);
+
+impl Paused {
+    fn pause(replica: &RedisServer, seconds: u32) -> Paused {
+        let port = replica.port();
+        let seconds = seconds.to_string();
+        let paused = std::thread::spawn(move || {
+            let mut connection = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+            use std::io::{Read, Write};
+            let command = format!(
+                "*3\r\n$5\r\nDEBUG\r\n$5\r\nSLEEP\r\n${}\r\n{seconds}\r\n",
+                seconds.len()
+            );
+            connection.write_all(command.as_bytes()).unwrap();
+            let _ = connection.read(&mut [0; 64]);
+        });
+        Paused(Some(paused))
+    }
+}
+
+impl Drop for Paused {
+    fn drop(&mut self) {
+        if let Some(paused) = self.0.take() {
+            let _ = paused.join();
+        }
+    }
+}
+
+/// Seconds since the master's replica last acknowledged (`lag` in `INFO replication`).
+fn replica_lag(master: &RedisServer) -> u64 {
+    let info = master.command(&["INFO", "replication"]);
+    let line = info
+        .lines()
+        .find(|l| l.starts_with("slave0:"))
+        .expect("a replica");
+    let lag = line
+        .split(',')
+        .find_map(|f| f.strip_prefix("lag="))
+        .unwrap();
+    lag.trim().parse().unwrap()
+}
+
+#[tokio::test]
+async fn acquisitions_and_releases_wait_for_the_replica() {
+    let (master, replica) = replicated();
+    let client = client_of(&master, |b| b).await;
+    let me = client.new_owner();
+    let lock = client.lock("acknowledged").unwrap();
+    let before = command_calls(&master, "wait");
+    let guard = lock.lock(&me).await.unwrap();
+    // The acquisition returned after the replica confirmed it: it is there already.
+    assert_eq!(replica.command(&["EXISTS", "acknowledged"]), "1");
+    guard.unlock().await.unwrap();
+    assert_eq!(replica.command(&["EXISTS", "acknowledged"]), "0");
+    assert_eq!(command_calls(&master, "wait"), before + 2);
+    assert!(lock.force_unlock().await.is_ok());
+}
+
+#[tokio::test]
+async fn an_acquisition_no_replica_confirms_is_undone() {
+    let (master, replica) = replicated();
+    let checked = client_of(&master, |b| {
+        b.wait_for_replicas(Some(Duration::from_millis(300)))
+    })
+    .await;
+    let unchecked = client_of(&master, |b| b.wait_for_replicas(None)).await;
+    // Learn that the master has a replica while it still answers.
+    let warm = checked.lock("warm").unwrap();
+    warm.lock(&checked.new_owner())
+        .await
+        .unwrap()
+        .unlock()
+        .await
+        .unwrap();
+
+    let held = checked.lock("released-unconfirmed").unwrap();
+    let held_guard = held.lock(&checked.new_owner()).await.unwrap();
+
+    let paused = Paused::pause(&replica, 5);
+    // A replica acknowledges every second; one silent for longer is paused.
+    eventually(
+        Duration::from_secs(5),
+        "the replica to stop confirming",
+        || replica_lag(&master) >= 2,
+    )
+    .await;
+    let me = checked.new_owner();
+    let lock = checked.lock("unconfirmed").unwrap();
+    let result = lock.try_lock(&me).await;
+    match result {
+        Err(Error::NotReplicated { ref name, timeout }) => {
+            assert_eq!(name, "unconfirmed");
+            assert_eq!(timeout, Duration::from_millis(300));
+        }
+        other => panic!("expected NotReplicated, got {other:?}"),
+    }
+    assert!(result.unwrap_err().is_retryable());
+    // Undone on the master: nobody holds the lock.
+    assert_eq!(master.command(&["EXISTS", "unconfirmed"]), "0");
+    assert!(!lock.is_held_by(&me).await.unwrap());
+    assert_eq!(
+        checked.renewed_holds(),
+        1,
+        "only the hold taken before the pause"
+    );
+
+    // A release no replica confirms happened on the master, and says so.
+    let released = held_guard.unlock().await;
+    assert!(
+        matches!(released, Err(Error::NotReplicated { .. })),
+        "{released:?}"
+    );
+    assert_eq!(master.command(&["EXISTS", "released-unconfirmed"]), "0");
+
+    // With the check off, the same acquisition goes ahead.
+    let other = unchecked.new_owner();
+    let guard = unchecked
+        .lock("unconfirmed")
+        .unwrap()
+        .try_lock(&other)
+        .await
+        .unwrap()
+        .expect("free");
+    drop(paused);
+    guard.unlock().await.unwrap();
+}

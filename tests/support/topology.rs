@@ -1,0 +1,404 @@
+//! Private deployments for the topology tests: a 3-master + 3-replica Redis Cluster, and a
+//! master with one replica watched by three Sentinels. Every process runs on a free loopback
+//! port and stops when its handle is dropped.
+
+use std::process::Command;
+use std::sync::{Arc, Mutex, Weak};
+use std::thread::sleep;
+use std::time::{Duration, Instant};
+
+use super::server::{ensure_installed, RedisServer};
+
+/// How long a deployment may take to settle (a cluster to agree, a replica to sync, a
+/// failover to finish) on a loaded machine.
+const SETTLE: Duration = Duration::from_secs(30);
+
+/// Replication settings every replicated test server gets: Redis 7 otherwise waits 5 s
+/// before a replica's first sync.
+const REPLICATION: [&str; 4] = [
+    "--repl-diskless-sync",
+    "yes",
+    "--repl-diskless-sync-delay",
+    "0",
+];
+
+/// Polls `done` every 20 ms until it holds; panics after [`SETTLE`] naming `what`.
+pub fn settle(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + SETTLE;
+    while !done() {
+        assert!(Instant::now() < deadline, "{what}: not within {SETTLE:?}");
+        sleep(Duration::from_millis(20));
+    }
+}
+
+/// One node as `CLUSTER NODES` lists it.
+#[derive(Debug, Clone)]
+pub struct ClusterNode {
+    pub id: String,
+    pub port: u16,
+    pub master: bool,
+    /// The master's id, for a replica.
+    pub master_id: Option<String>,
+    /// Slot ranges served, for a master.
+    pub slots: Vec<(u16, u16)>,
+}
+
+/// A 3-master + 3-replica cluster.
+pub struct Cluster {
+    pub servers: Vec<RedisServer>,
+}
+
+impl Cluster {
+    /// Starts six nodes, joins them with `redis-cli --cluster create` and waits until every
+    /// node reports `cluster_state:ok` and every replica is in sync.
+    pub fn start() -> Cluster {
+        let redis_cli = ensure_installed("redis-cli", "redis-tools");
+        let mut args = vec![
+            "--cluster-enabled",
+            "yes",
+            "--cluster-config-file",
+            "nodes.conf",
+            "--cluster-node-timeout",
+            "2000",
+        ];
+        args.extend(REPLICATION);
+        let servers: Vec<RedisServer> = (0..6)
+            .map(|_| RedisServer::start_with_args(&args))
+            .collect();
+        let mut create = Command::new(redis_cli);
+        create.arg("--cluster").arg("create");
+        for server in &servers {
+            create.arg(format!("127.0.0.1:{}", server.port()));
+        }
+        let output = create
+            .args(["--cluster-replicas", "1", "--cluster-yes"])
+            .output()
+            .expect("redis-cli runs");
+        assert!(
+            output.status.success(),
+            "redis-cli --cluster create failed: {}",
+            String::from_utf8_lossy(&output.stdout)
+        );
+        let cluster = Cluster { servers };
+        cluster.wait_healthy();
+        cluster
+    }
+
+    /// Waits until every node says the cluster is ok, agrees on the masters, and every
+    /// replica's link to its master is up.
+    pub fn wait_healthy(&self) {
+        settle("the cluster to be healthy", || {
+            let views: Vec<Vec<ClusterNode>> = self
+                .servers
+                .iter()
+                .map(|s| parse_nodes(&s.command(&["CLUSTER", "NODES"])))
+                .collect();
+            let masters = |view: &Vec<ClusterNode>| {
+                let mut ports: Vec<u16> = view
+                    .iter()
+                    .filter(|n| n.master && !n.slots.is_empty())
+                    .map(|n| n.port)
+                    .collect();
+                ports.sort_unstable();
+                ports
+            };
+            self.servers.iter().all(|s| {
+                s.command(&["CLUSTER", "INFO"]).contains("cluster_state:ok")
+                    && (!s.command(&["ROLE"]).starts_with("slave")
+                        || s.command(&["INFO", "replication"])
+                            .contains("master_link_status:up"))
+            }) && views.iter().all(|view| {
+                masters(view) == masters(&views[0])
+                    && view.iter().filter(|n| n.master_id.is_some()).count() == 3
+            }) && masters(&views[0]).len() == 3
+        });
+    }
+
+    /// The nodes as the first reachable node sees them.
+    pub fn nodes(&self) -> Vec<ClusterNode> {
+        parse_nodes(&self.servers[0].command(&["CLUSTER", "NODES"]))
+    }
+
+    /// A `redis-cluster://` URL naming every node.
+    pub fn url(&self) -> String {
+        let first = self.servers[0].port();
+        let rest: Vec<String> = self.servers[1..]
+            .iter()
+            .map(|s| format!("node=127.0.0.1:{}", s.port()))
+            .collect();
+        format!("redis-cluster://127.0.0.1:{first}?{}", rest.join("&"))
+    }
+
+    pub fn server(&self, port: u16) -> &RedisServer {
+        self.servers
+            .iter()
+            .find(|s| s.port() == port)
+            .expect("a node of this cluster")
+    }
+
+    /// The hash slot of `key`.
+    pub fn slot(&self, key: &str) -> u16 {
+        self.servers[0]
+            .command(&["CLUSTER", "KEYSLOT", key])
+            .parse()
+            .unwrap()
+    }
+
+    /// The master serving `slot`.
+    pub fn master_of_slot(&self, slot: u16) -> ClusterNode {
+        self.nodes()
+            .into_iter()
+            .find(|n| n.master && n.slots.iter().any(|(a, b)| (*a..=*b).contains(&slot)))
+            .expect("every slot is served")
+    }
+
+    /// The master serving `key`'s slot.
+    pub fn master_of(&self, key: &str) -> &RedisServer {
+        self.server(self.master_of_slot(self.slot(key)).port)
+    }
+
+    /// Another master than the one serving `slot`.
+    pub fn other_master(&self, slot: u16) -> ClusterNode {
+        let owner = self.master_of_slot(slot);
+        self.nodes()
+            .into_iter()
+            .find(|n| n.master && !n.slots.is_empty() && n.id != owner.id)
+            .expect("three masters")
+    }
+
+    /// Moves `slot`, with its keys, to the master `to`, the way `redis-cli --cluster
+    /// reshard` does, and waits until every node routes it there.
+    pub fn migrate_slot(&self, slot: u16, to: &ClusterNode) {
+        let from = self.master_of_slot(slot);
+        let (source, target) = (self.server(from.port), self.server(to.port));
+        let slot_text = slot.to_string();
+        target.command(&["CLUSTER", "SETSLOT", &slot_text, "IMPORTING", &from.id]);
+        source.command(&["CLUSTER", "SETSLOT", &slot_text, "MIGRATING", &to.id]);
+        loop {
+            let keys = source.command(&["CLUSTER", "GETKEYSINSLOT", &slot_text, "100"]);
+            if keys.is_empty() {
+                break;
+            }
+            let mut migrate = vec!["MIGRATE", "127.0.0.1"];
+            let port = to.port.to_string();
+            migrate.extend([port.as_str(), "", "0", "5000", "KEYS"]);
+            migrate.extend(keys.lines());
+            let reply = source.command(&migrate);
+            assert_eq!(reply, "OK", "MIGRATE of slot {slot}");
+        }
+        for server in [target, source] {
+            server.command(&["CLUSTER", "SETSLOT", &slot_text, "NODE", &to.id]);
+        }
+        for server in &self.servers {
+            if server.port() != from.port && server.port() != to.port {
+                server.command(&["CLUSTER", "SETSLOT", &slot_text, "NODE", &to.id]);
+            }
+        }
+        settle("every node to route the slot to its new master", || {
+            self.servers.iter().all(|s| {
+                parse_nodes(&s.command(&["CLUSTER", "NODES"]))
+                    .iter()
+                    .any(|n| {
+                        n.id == to.id && n.slots.iter().any(|(a, b)| (*a..=*b).contains(&slot))
+                    })
+            })
+        });
+    }
+
+    /// Promotes the replica of the master serving `slot` with `CLUSTER FAILOVER` (the old
+    /// master steps down in agreement) and waits until the cluster is healthy again.
+    /// Returns the new master.
+    pub fn failover(&self, slot: u16) -> ClusterNode {
+        let master = self.master_of_slot(slot);
+        let replica = self
+            .nodes()
+            .into_iter()
+            .find(|n| n.master_id.as_deref() == Some(&master.id))
+            .expect("every master has a replica");
+        assert_eq!(
+            self.server(replica.port).command(&["CLUSTER", "FAILOVER"]),
+            "OK"
+        );
+        settle("the replica to take over", || {
+            self.master_of_slot(slot).id == replica.id
+        });
+        self.wait_healthy();
+        self.master_of_slot(slot)
+    }
+}
+
+/// Parses `CLUSTER NODES`.
+pub fn parse_nodes(text: &str) -> Vec<ClusterNode> {
+    text.lines()
+        .filter(|line| !line.trim().is_empty())
+        .map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let address = fields[1].split('@').next().unwrap();
+            let port = address.rsplit(':').next().unwrap().parse().unwrap();
+            let master = fields[2].contains("master");
+            let slots = fields[8..]
+                .iter()
+                .filter(|s| !s.starts_with('['))
+                .map(|s| match s.split_once('-') {
+                    Some((a, b)) => (a.parse().unwrap(), b.parse().unwrap()),
+                    None => (s.parse().unwrap(), s.parse().unwrap()),
+                })
+                .collect();
+            ClusterNode {
+                id: fields[0].to_string(),
+                port,
+                master,
+                master_id: (fields[3] != "-").then(|| fields[3].to_string()),
+                slots,
+            }
+        })
+        .collect()
+}
+
+/// The cluster the non-disruptive tests of one binary share: started by the first test that
+/// asks, stopped when the last test holding it is done.
+pub fn shared_cluster() -> Arc<Cluster> {
+    static SHARED: Mutex<Weak<Cluster>> = Mutex::new(Weak::new());
+    let mut shared = SHARED.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(cluster) = shared.upgrade() {
+        return cluster;
+    }
+    let cluster = Arc::new(Cluster::start());
+    *shared = Arc::downgrade(&cluster);
+    cluster
+}
+
+/// A master, its replica and three Sentinels watching them as `mymaster`.
+pub struct SentinelSetup {
+    pub master: RedisServer,
+    pub replica: RedisServer,
+    pub sentinels: Vec<RedisServer>,
+}
+
+pub const SERVICE: &str = "mymaster";
+
+impl SentinelSetup {
+    /// Starts the five processes and waits until the replica is in sync and every Sentinel
+    /// knows the replica and the other Sentinels.
+    pub fn start() -> SentinelSetup {
+        ensure_installed("redis-sentinel", "redis-sentinel");
+        let master = RedisServer::start_with_args(&REPLICATION);
+        let replica = start_replica_of(&master);
+        let config = format!(
+            "sentinel monitor {SERVICE} 127.0.0.1 {} 2\n\
+             sentinel down-after-milliseconds {SERVICE} 1000\n\
+             sentinel failover-timeout {SERVICE} 5000\n",
+            master.port()
+        );
+        let sentinels: Vec<RedisServer> = (0..3)
+            .map(|_| RedisServer::start_sentinel(&config))
+            .collect();
+        let setup = SentinelSetup {
+            master,
+            replica,
+            sentinels,
+        };
+        settle("the Sentinels to know the replica and each other", || {
+            setup.sentinels.iter().all(|s| {
+                let info = s.command(&["SENTINEL", "MASTER", SERVICE]);
+                let fields: Vec<&str> = info.lines().collect();
+                let value = |name: &str| {
+                    fields
+                        .iter()
+                        .position(|f| *f == name)
+                        .map(|i| fields[i + 1].to_string())
+                        .unwrap_or_default()
+                };
+                value("num-slaves") == "1" && value("num-other-sentinels") == "2"
+            })
+        });
+        setup
+    }
+
+    /// A `redis-sentinel://` URL naming every Sentinel.
+    pub fn url(&self) -> String {
+        let first = self.sentinels[0].port();
+        let rest: Vec<String> = self.sentinels[1..]
+            .iter()
+            .map(|s| format!("node=127.0.0.1:{}", s.port()))
+            .collect();
+        format!(
+            "redis-sentinel://127.0.0.1:{first}?sentinelServiceName={SERVICE}&{}",
+            rest.join("&")
+        )
+    }
+
+    /// The port of the master as the first Sentinel names it.
+    pub fn master_port(&self) -> u16 {
+        let reply = self.sentinels[0].command(&["SENTINEL", "GET-MASTER-ADDR-BY-NAME", SERVICE]);
+        reply.lines().nth(1).unwrap().parse().unwrap()
+    }
+
+    /// `SENTINEL FAILOVER`, then waits until the replica is the master every Sentinel names
+    /// and the old master replicates from it.
+    pub fn failover(&self) {
+        let old = self.master_port();
+        let new = if old == self.master.port() {
+            &self.replica
+        } else {
+            &self.master
+        };
+        let old_server = if old == self.master.port() {
+            &self.master
+        } else {
+            &self.replica
+        };
+        assert_eq!(
+            self.sentinels[0].command(&["SENTINEL", "FAILOVER", SERVICE]),
+            "OK"
+        );
+        settle("the Sentinels to name the new master", || {
+            self.sentinels.iter().all(|s| {
+                s.command(&["SENTINEL", "GET-MASTER-ADDR-BY-NAME", SERVICE])
+                    .lines()
+                    .nth(1)
+                    == Some(&new.port().to_string())
+            }) && new.command(&["ROLE"]).starts_with("master")
+        });
+        settle("the old master to follow the new one", || {
+            old_server
+                .command(&["INFO", "replication"])
+                .contains("master_link_status:up")
+        });
+    }
+}
+
+/// A replica of `master`, in sync. `DEBUG SLEEP` pauses it.
+pub fn start_replica_of(master: &RedisServer) -> RedisServer {
+    let port = master.port().to_string();
+    let mut args = vec![
+        "--replicaof",
+        "127.0.0.1",
+        port.as_str(),
+        "--enable-debug-command",
+        "yes",
+    ];
+    args.extend(REPLICATION);
+    let replica = RedisServer::start_with_args(&args);
+    settle("the replica to sync", || {
+        replica
+            .command(&["INFO", "replication"])
+            .contains("master_link_status:up")
+    });
+    // After a first sync the master streams writes only once the replica has acknowledged
+    // (up to a second later): wait until a write has reached it.
+    master.command(&["SET", "replica-probe", &replica.port().to_string()]);
+    let me = format!("port={}", replica.port());
+    settle("the replica to acknowledge a write", || {
+        let info = master.command(&["INFO", "replication"]);
+        let offset = info
+            .lines()
+            .find_map(|line| line.strip_prefix("master_repl_offset:"))
+            .unwrap_or_default()
+            .trim()
+            .to_string();
+        info.lines()
+            .any(|line| line.contains(&me) && line.contains(&format!("offset={offset},")))
+    });
+    replica
+}
