@@ -18,6 +18,7 @@ use crate::guard::Lease;
 use crate::lock::Lock;
 use crate::multi_lock::{MultiLock, MultiMember, RedLock};
 use crate::non_reentrant::{NonReentrantFairLock, NonReentrantLock};
+use crate::observe;
 use crate::owner::LockOwner;
 use crate::pubsub::Flavour;
 use crate::rw_lock::ReadWriteLock;
@@ -432,9 +433,11 @@ impl LockClientBuilder {
             fair_wait_timeout: self.fair_wait_timeout,
             renew_by_slot: self.renew_by_slot.unwrap_or(flavour == Flavour::Sharded),
         };
-        Ok(LockClient {
-            engine: Engine::start(redis, subscriber, settings, owns_redis),
-        })
+        let engine = Engine::start(redis, subscriber, settings, owns_redis);
+        if owns_redis {
+            observe::name_connection(&engine.redis, engine.client_id).await;
+        }
+        Ok(LockClient { engine })
     }
 }
 

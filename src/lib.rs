@@ -16,6 +16,7 @@ mod latches;
 mod lock;
 mod multi_lock;
 mod non_reentrant;
+mod observe;
 mod owner;
 mod protocol;
 mod pubsub;

@@ -24,6 +24,7 @@ use tokio::sync::{broadcast, mpsc, oneshot, watch, Notify};
 use tokio::time::Instant;
 
 use crate::error::{Error, Result};
+use crate::observe;
 
 /// Which pub/sub commands the deployment's Redisson clients use (protocol §9.2).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -380,6 +381,7 @@ impl Task {
                 .map(|(name, _)| name.clone())
                 .collect()
         };
+        observe::pubsub_reconnected(subscribed.len());
         if !subscribed.is_empty() {
             if let Err(error) = self.subscribe_confirmed(&subscribed).await {
                 tracing::warn!(%error, "resubscribing after a reconnect failed");
