@@ -11,6 +11,7 @@ mod fair_lock;
 mod fenced_lock;
 mod guard;
 mod handle;
+pub mod inspect;
 mod keys;
 mod latches;
 mod lock;

@@ -171,6 +171,7 @@ scripts! {
     WRITE_ACQUIRE => "write_acquire" with "common",
     WRITE_RELEASE => "write_release" with "common", "release",
     WRITE_FORCE_RELEASE => "write_force_release",
+    INSPECT => "inspect",
 }
 
 #[cfg(test)]
