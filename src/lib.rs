@@ -4,6 +4,8 @@
 #![deny(rustdoc::broken_intra_doc_links)]
 
 mod attempt;
+#[cfg(feature = "blocking")]
+pub mod blocking;
 mod client;
 mod engine;
 mod error;
