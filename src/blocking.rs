@@ -131,7 +131,9 @@ pub struct LockClient {
 
 impl fmt::Debug for LockClient {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_tuple("blocking::LockClient").field(&self.inner).finish()
+        f.debug_tuple("blocking::LockClient")
+            .field(&self.inner)
+            .finish()
     }
 }
 
@@ -223,7 +225,9 @@ where
     let done = async move {
         match release.await {
             Ok(()) | Err(Error::NotHeld { .. }) => {}
-            Err(error) => tracing::warn!(%error, lock = %name, "releasing a dropped guard failed; the hold expires with its lease"),
+            Err(error) => {
+                tracing::warn!(%error, lock = %name, "releasing a dropped guard failed; the hold expires with its lease")
+            }
         }
     };
     if tokio::runtime::Handle::try_current().is_ok() {
@@ -503,7 +507,9 @@ pub struct ReadWriteLock {
 
 impl fmt::Debug for ReadWriteLock {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_tuple("blocking::ReadWriteLock").field(&self.inner).finish()
+        f.debug_tuple("blocking::ReadWriteLock")
+            .field(&self.inner)
+            .finish()
     }
 }
 
@@ -621,7 +627,9 @@ pub struct MultiLock {
 
 impl fmt::Debug for MultiLock {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_tuple("blocking::MultiLock").field(&self.inner).finish()
+        f.debug_tuple("blocking::MultiLock")
+            .field(&self.inner)
+            .finish()
     }
 }
 

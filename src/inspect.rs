@@ -145,16 +145,23 @@ pub(crate) async fn inspect(engine: &Engine, name: &str) -> Result<LockState> {
     let keys = LockKeys::new(&raw);
     let call = Call::new(
         &INSPECT,
-        &[&keys.raw, &keys.fair_queue(), &keys.fair_timeouts(), &keys.fence_token()],
-        vec![
-            Value::from(keys.read_key_prefix()),
-            Value::from(READ_LIMIT),
+        &[
+            &keys.raw,
+            &keys.fair_queue(),
+            &keys.fair_timeouts(),
+            &keys.fence_token(),
         ],
+        vec![Value::from(keys.read_key_prefix()), Value::from(READ_LIMIT)],
     );
     let reply = engine.run(call, name).await?;
     let mut state = read(name, &keys, reply)?;
     let mut channels = vec![keys.channel.to_string(), keys.rw_channel()];
-    channels.extend(state.queue.iter().map(|w| keys.fair_waiter_channel(&w.field)));
+    channels.extend(
+        state
+            .queue
+            .iter()
+            .map(|w| keys.fair_waiter_channel(&w.field)),
+    );
     state.channels = listeners(engine, channels).await?;
     Ok(state)
 }
@@ -210,9 +217,9 @@ fn read(name: &str, keys: &LockKeys, reply: Value) -> Result<LockState> {
     let mut holders = Vec::new();
     let mode = match key_type.as_str() {
         "none" => HoldMode::Free,
-        "hash" if fields.is_empty() => HoldMode::NotALock(format!(
-            "a hash of {count} fields, too many for a lock"
-        )),
+        "hash" if fields.is_empty() => {
+            HoldMode::NotALock(format!("a hash of {count} fields, too many for a lock"))
+        }
         "hash" => {
             let mode = fields.iter().find(|(f, _)| f == MODE_FIELD).map(|(_, v)| v);
             let mut foreign = None;
@@ -266,7 +273,10 @@ fn read(name: &str, keys: &LockKeys, reply: Value) -> Result<LockState> {
             .chunks(2)
             .filter_map(|pair| {
                 let ms = pair.get(1)?.as_f64()?;
-                Some((text(&pair[0]), UNIX_EPOCH + Duration::from_millis(ms.max(0.0) as u64)))
+                Some((
+                    text(&pair[0]),
+                    UNIX_EPOCH + Duration::from_millis(ms.max(0.0) as u64),
+                ))
             })
             .collect()
     } else {
@@ -343,7 +353,11 @@ fn glob_escape(text: &str) -> String {
 /// SCAN of hashes for the held ones (each then checked to have a lock's fields), and of
 /// fair queues (`redisson_lock_queue:{<name>}`) for names that only have waiters. Stops
 /// after looking at about `max_keys` keys per scan (on a cluster, per node).
-pub(crate) async fn find_locks(engine: &Engine, pattern: &str, max_keys: u64) -> Result<FoundLocks> {
+pub(crate) async fn find_locks(
+    engine: &Engine,
+    pattern: &str,
+    max_keys: u64,
+) -> Result<FoundLocks> {
     let prefix = &engine.settings.name_prefix;
     let held = format!("{}{pattern}", glob_escape(prefix));
     let queued = keys::prefix_name("redisson_lock_queue", &held);
@@ -354,7 +368,9 @@ pub(crate) async fn find_locks(engine: &Engine, pattern: &str, max_keys: u64) ->
         found.incomplete |= !complete;
         for key in keys {
             let raw = if kind == "list" {
-                let Some(raw) = queue_lock_name(&key) else { continue };
+                let Some(raw) = queue_lock_name(&key) else {
+                    continue;
+                };
                 raw
             } else {
                 key
@@ -389,7 +405,12 @@ fn queue_lock_name(key: &str) -> Option<String> {
 
 /// SCANs every node for keys of type `kind` matching `pattern`, about `max_keys` keys per
 /// node at most; `true` when every node was covered.
-async fn scan(redis: &Client, pattern: &str, kind: &str, max_keys: u64) -> Result<(Vec<String>, bool)> {
+async fn scan(
+    redis: &Client,
+    pattern: &str,
+    kind: &str,
+    max_keys: u64,
+) -> Result<(Vec<String>, bool)> {
     const PAGE: u64 = 1000;
     // One pass per cluster primary, or one on the server.
     let nodes: Vec<Option<Server>> = if redis.is_clustered() {
@@ -414,14 +435,20 @@ async fn scan(redis: &Client, pattern: &str, kind: &str, max_keys: u64) -> Resul
             ];
             let command = CustomCommand::new_static("SCAN", ClusterHash::Random, false);
             let reply: Value = match &node {
-                Some(node) => redis.with_cluster_node(node.clone()).custom(command, args).await?,
+                Some(node) => {
+                    redis
+                        .with_cluster_node(node.clone())
+                        .custom(command, args)
+                        .await?
+                }
                 None => redis.custom(command, args).await?,
             };
-            let [next, keys] = <[Value; 2]>::try_from(array(reply))
-                .map_err(|reply| Error::Redis(fred::error::Error::new(
+            let [next, keys] = <[Value; 2]>::try_from(array(reply)).map_err(|reply| {
+                Error::Redis(fred::error::Error::new(
                     fred::error::ErrorKind::Protocol,
                     format!("unexpected SCAN reply {reply:?}"),
-                )))?;
+                ))
+            })?;
             found.extend(array(keys).iter().map(text));
             cursor = text(&next);
             looked += PAGE;
@@ -442,7 +469,10 @@ async fn scan(redis: &Client, pattern: &str, kind: &str, max_keys: u64) -> Resul
 /// reaches, on a cluster).
 pub(crate) async fn connected_lock_clients(engine: &Engine) -> Result<HashMap<Uuid, String>> {
     let command = CustomCommand::new_static("CLIENT", ClusterHash::Random, false);
-    let list: Value = engine.redis.custom(command, vec![Value::from("LIST")]).await?;
+    let list: Value = engine
+        .redis
+        .custom(command, vec![Value::from("LIST")])
+        .await?;
     let list = list.as_string().unwrap_or_default();
     let mut clients = HashMap::new();
     for line in list.lines() {
@@ -466,7 +496,10 @@ mod tests {
 
     #[test]
     fn reads_queue_keys_back_into_names() {
-        assert_eq!(queue_lock_name("redisson_lock_queue:{orders}").as_deref(), Some("orders"));
+        assert_eq!(
+            queue_lock_name("redisson_lock_queue:{orders}").as_deref(),
+            Some("orders")
+        );
         assert_eq!(
             queue_lock_name("redisson_lock_queue:{user:7}:cart").as_deref(),
             Some("{user:7}:cart")

@@ -70,7 +70,10 @@ pub struct NonReentrantFairLock {
     inner: Handle,
 }
 
-exclusive_lock!(NonReentrantFairLock, NoReentry(Fair, "non_reentrant_fair_lock"));
+exclusive_lock!(
+    NonReentrantFairLock,
+    NoReentry(Fair, "non_reentrant_fair_lock")
+);
 
 /// A base kind whose acquire refuses a re-entry: its script gets the marker as its last
 /// argument (§8.2, §8.3) and replies it as an error, which becomes

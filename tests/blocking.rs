@@ -37,7 +37,10 @@ fn threads_exclude_each_other_and_a_waiter_gets_the_lock_on_release() {
         move || {
             started.wait();
             let guard = lock.try_lock_for(&other, Duration::from_secs(30)).unwrap();
-            guard.expect("woken when the holder released").unlock().unwrap();
+            guard
+                .expect("woken when the holder released")
+                .unlock()
+                .unwrap();
         }
     });
     started.wait();
@@ -93,7 +96,9 @@ fn a_lost_lease_is_visible() {
     assert!(matches!(guard.unlock(), Err(Error::NotHeld { .. })));
 
     // A fixed lease ends.
-    let short = lock.clone().with_lease(Lease::fixed(Duration::from_millis(200)).unwrap());
+    let short = lock
+        .clone()
+        .with_lease(Lease::fixed(Duration::from_millis(200)).unwrap());
     let guard = short.lock(&me).unwrap();
     let start = Instant::now();
     assert!(guard.wait_lease_lost(Duration::from_secs(10)));
@@ -124,7 +129,10 @@ fn java_holds_are_respected_and_every_kind_works() {
     let reading = rw.read(&me).unwrap();
     let also = rw.try_read(&other).unwrap().expect("readers share");
     let writer = client.new_owner();
-    assert!(rw.try_write_for(&writer, Duration::from_millis(50)).unwrap().is_none());
+    assert!(rw
+        .try_write_for(&writer, Duration::from_millis(50))
+        .unwrap()
+        .is_none());
     drop((reading, also));
     let writing = rw.write(&other).unwrap();
     assert_eq!(rw.write_hold_count(&other).unwrap(), 1);

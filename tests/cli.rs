@@ -37,7 +37,10 @@ fn run_json(server: &RedisServer, args: &[&str]) -> (Value, i32) {
 }
 
 fn epoch_ms() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis() as u64
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
 }
 
 /// A running tool whose JSON lines are read as they come.
@@ -50,7 +53,10 @@ impl Running {
     fn start(server: &RedisServer, args: &[&str]) -> Running {
         let mut all = vec!["--json"];
         all.extend_from_slice(args);
-        let mut child = command(server, &all).stdout(Stdio::piped()).spawn().unwrap();
+        let mut child = command(server, &all)
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
         let stdout = BufReader::new(child.stdout.take().unwrap());
         let (send, lines) = mpsc::channel();
         std::thread::spawn(move || {
@@ -82,7 +88,11 @@ impl Running {
     /// Sends SIGINT, as Ctrl-C does, and waits for the exit code.
     fn interrupt(mut self) -> i32 {
         let pid = self.child.id().to_string();
-        assert!(Command::new("kill").args(["-INT", &pid]).status().unwrap().success());
+        assert!(Command::new("kill")
+            .args(["-INT", &pid])
+            .status()
+            .unwrap()
+            .success());
         self.wait()
     }
 
@@ -92,7 +102,10 @@ impl Running {
             if let Some(status) = self.child.try_wait().unwrap() {
                 return status.code().unwrap_or(-1);
             }
-            assert!(std::time::Instant::now() < deadline, "the tool did not exit");
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the tool did not exit"
+            );
             std::thread::sleep(Duration::from_millis(20));
         }
     }
@@ -117,9 +130,18 @@ fn inspect_shows_a_java_hold_and_its_fair_queue_in_order() {
     java_hold(&server, "cli:fair", 57, 2);
     let now = epoch_ms();
     for (thread, deadline) in [(58, now + 300_000), (59, now + 600_000)] {
-        server.command(&["RPUSH", "redisson_lock_queue:{cli:fair}", &java_owner(thread)]);
+        server.command(&[
+            "RPUSH",
+            "redisson_lock_queue:{cli:fair}",
+            &java_owner(thread),
+        ]);
         let score = deadline.to_string();
-        server.command(&["ZADD", "redisson_lock_timeout:{cli:fair}", &score, &java_owner(thread)]);
+        server.command(&[
+            "ZADD",
+            "redisson_lock_timeout:{cli:fair}",
+            &score,
+            &java_owner(thread),
+        ]);
     }
 
     let (state, code) = run_json(&server, &["inspect", "cli:fair"]);
@@ -130,7 +152,10 @@ fn inspect_shows_a_java_hold_and_its_fair_queue_in_order() {
     let holder = &state["holders"][0];
     assert_eq!(holder["field"], JAVA_OWNER);
     assert_eq!(holder["client_id"], JAVA_CLIENT);
-    assert_eq!((holder["owner_id"].as_u64(), holder["count"].as_u64()), (Some(57), Some(2)));
+    assert_eq!(
+        (holder["owner_id"].as_u64(), holder["count"].as_u64()),
+        (Some(57), Some(2))
+    );
     // Nothing shows which language thread 57 belongs to: the tool does not guess.
     assert_eq!(holder["client"], "unknown");
     assert_eq!(state["queue_len"], 2);
@@ -145,13 +170,25 @@ fn inspect_shows_a_java_hold_and_its_fair_queue_in_order() {
     assert!(channels.contains(&head_channel.as_str()), "{channels:?}");
 
     let human = String::from_utf8(run(&server, &["inspect", "cli:fair"]).stdout).unwrap();
-    assert!(human.contains("held (fair lock)") && human.contains("Java thread 57 or a Rust owner"), "{human}");
+    assert!(
+        human.contains("held (fair lock)") && human.contains("Java thread 57 or a Rust owner"),
+        "{human}"
+    );
 }
 
 #[test]
 fn inspect_shows_java_readers_with_their_leases_and_a_java_writer() {
     let server = RedisServer::start();
-    server.command(&["HSET", "cli:rw", "mode", "read", &java_owner(1), "2", &java_owner(2), "1"]);
+    server.command(&[
+        "HSET",
+        "cli:rw",
+        "mode",
+        "read",
+        &java_owner(1),
+        "2",
+        &java_owner(2),
+        "1",
+    ]);
     server.command(&["PEXPIRE", "cli:rw", "30000"]);
     for (thread, hold, lease) in [(1, 1, "30000"), (1, 2, "20000"), (2, 1, "10000")] {
         let key = format!("{{cli:rw}}:{}:rwlock_timeout:{hold}", java_owner(thread));
@@ -161,12 +198,27 @@ fn inspect_shows_java_readers_with_their_leases_and_a_java_writer() {
     assert_eq!((state["state"].as_str(), code), (Some("read"), 0));
     let reader = |thread| {
         let holders = state["holders"].as_array().unwrap();
-        holders.iter().find(|h| h["field"] == java_owner(thread)).unwrap().clone()
+        holders
+            .iter()
+            .find(|h| h["field"] == java_owner(thread))
+            .unwrap()
+            .clone()
     };
     let first = reader(1);
-    assert_eq!((first["side"].as_str(), first["count"].as_u64()), (Some("read"), Some(2)));
-    let leases: Vec<u64> = first["read_leases_ms"].as_array().unwrap().iter().map(|l| l.as_u64().unwrap()).collect();
-    assert!(leases[0] > 20_000 && (10_000..=20_000).contains(&leases[1]), "{leases:?}");
+    assert_eq!(
+        (first["side"].as_str(), first["count"].as_u64()),
+        (Some("read"), Some(2))
+    );
+    let leases: Vec<u64> = first["read_leases_ms"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l.as_u64().unwrap())
+        .collect();
+    assert!(
+        leases[0] > 20_000 && (10_000..=20_000).contains(&leases[1]),
+        "{leases:?}"
+    );
     assert!(reader(2)["read_leases_ms"][0].as_u64().unwrap() <= 10_000);
 
     let writer = format!("{}:write", java_owner(3));
@@ -183,12 +235,23 @@ async fn inspect_tells_a_connected_rust_owner_and_the_fencing_token() {
     let server = RedisServer::start();
     let rust = client(&server).await;
     let me = rust.new_owner();
-    let guard = rust.fenced_lock("cli:fenced").unwrap().lock(&me).await.unwrap();
+    let guard = rust
+        .fenced_lock("cli:fenced")
+        .unwrap()
+        .lock(&me)
+        .await
+        .unwrap();
     let (state, _) = tokio::task::spawn_blocking({
         let url = server.url();
         move || {
-            let output = Command::new(BIN).args(["--url", &url, "--json", "inspect", "cli:fenced"]).output().unwrap();
-            (serde_json::from_slice::<Value>(&output.stdout).unwrap(), output.status.code())
+            let output = Command::new(BIN)
+                .args(["--url", &url, "--json", "inspect", "cli:fenced"])
+                .output()
+                .unwrap();
+            (
+                serde_json::from_slice::<Value>(&output.stdout).unwrap(),
+                output.status.code(),
+            )
         }
     })
     .await
@@ -196,7 +259,10 @@ async fn inspect_tells_a_connected_rust_owner_and_the_fencing_token() {
     let holder = &state["holders"][0];
     assert_eq!(holder["field"], me.to_string());
     assert_eq!(holder["client"], "redisson-lock");
-    assert!(holder["client_addr"].as_str().unwrap().starts_with("127.0.0.1:"));
+    assert!(holder["client_addr"]
+        .as_str()
+        .unwrap()
+        .starts_with("127.0.0.1:"));
     assert_eq!(state["fence_token"].as_u64(), Some(guard.token()));
     guard.unlock().await.unwrap();
     rust.shutdown().await;
@@ -209,7 +275,11 @@ fn a_key_that_is_not_a_lock_is_named_so() {
     server.command(&["HSET", "cli:hash", "colour", "blue"]);
     for key in ["cli:string", "cli:hash"] {
         let (state, code) = run_json(&server, &["inspect", key]);
-        assert_eq!((state["state"].as_str(), code), (Some("not_a_lock"), 5), "{key}");
+        assert_eq!(
+            (state["state"].as_str(), code),
+            (Some("not_a_lock"), 5),
+            "{key}"
+        );
     }
     let output = run(&server, &["force-unlock", "cli:string", "--yes"]);
     assert_eq!(output.status.code(), Some(5));
@@ -273,16 +343,32 @@ async fn force_unlock_asks_then_wakes_waiters_of_both_languages() {
         let url = url.clone();
         move || {
             let output = Command::new(BIN)
-                .args(["--url", &url, "--json", "force-unlock", "cli:stuck", "--yes"])
+                .args([
+                    "--url",
+                    &url,
+                    "--json",
+                    "force-unlock",
+                    "cli:stuck",
+                    "--yes",
+                ])
                 .output()
                 .unwrap();
-            (serde_json::from_slice::<Value>(&output.stdout).unwrap(), output.status.code())
+            (
+                serde_json::from_slice::<Value>(&output.stdout).unwrap(),
+                output.status.code(),
+            )
         }
     })
     .await
     .unwrap();
-    assert_eq!((done["freed"].as_bool(), done["as"].as_str(), code), (Some(true), Some("lock"), Some(0)));
-    assert_eq!(java.next().await, (lock_channel("cli:stuck"), "0".to_string()));
+    assert_eq!(
+        (done["freed"].as_bool(), done["as"].as_str(), code),
+        (Some(true), Some("lock"), Some(0))
+    );
+    assert_eq!(
+        java.next().await,
+        (lock_channel("cli:stuck"), "0".to_string())
+    );
     woken_and_released("the Rust waiter", waiter).await;
     java.quit().await;
     rust.shutdown().await;
@@ -297,9 +383,18 @@ async fn force_unlock_uses_the_fair_and_write_releases() {
     let server = RedisServer::start();
     // Fair: the head of the queue is told on its own channel.
     java_hold(&server, "cli:fairstuck", 57, 1);
-    server.command(&["RPUSH", "redisson_lock_queue:{cli:fairstuck}", &java_owner(58)]);
+    server.command(&[
+        "RPUSH",
+        "redisson_lock_queue:{cli:fairstuck}",
+        &java_owner(58),
+    ]);
     let deadline = (epoch_ms() + 300_000).to_string();
-    server.command(&["ZADD", "redisson_lock_timeout:{cli:fairstuck}", &deadline, &java_owner(58)]);
+    server.command(&[
+        "ZADD",
+        "redisson_lock_timeout:{cli:fairstuck}",
+        &deadline,
+        &java_owner(58),
+    ]);
     let head = format!("{}:{}", lock_channel("cli:fairstuck"), java_owner(58));
     let mut head_listener = Listener::channel(&server, &head).await;
     let (done, code) = run_json(&server, &["force-unlock", "cli:fairstuck", "--yes"]);
@@ -315,7 +410,10 @@ async fn force_unlock_uses_the_fair_and_write_releases() {
     let mut listener = Listener::channel(&server, channel).await;
     let (done, code) = run_json(&server, &["force-unlock", "cli:wstuck", "--yes"]);
     assert_eq!((done["as"].as_str(), code), (Some("write_lock"), 0));
-    assert_eq!(listener.next().await, (channel.to_string(), "1".to_string()));
+    assert_eq!(
+        listener.next().await,
+        (channel.to_string(), "1".to_string())
+    );
     assert_eq!(server.command(&["EXISTS", "cli:wstuck"]), "0");
     listener.quit().await;
 }
@@ -323,7 +421,16 @@ async fn force_unlock_uses_the_fair_and_write_releases() {
 #[test]
 fn hold_takes_every_kind_and_releases_when_interrupted() {
     let server = RedisServer::start();
-    for (kind, field_suffix) in [("lock", ""), ("fair", ""), ("fenced", ""), ("spin", ""), ("non-reentrant", ""), ("non-reentrant-fair", ""), ("read", ""), ("write", ":write")] {
+    for (kind, field_suffix) in [
+        ("lock", ""),
+        ("fair", ""),
+        ("fenced", ""),
+        ("spin", ""),
+        ("non-reentrant", ""),
+        ("non-reentrant-fair", ""),
+        ("read", ""),
+        ("write", ":write"),
+    ] {
         let name = format!("cli:hold:{kind}");
         let holding = Running::start(&server, &["hold", &name, "--kind", kind, "--for", "60s"]);
         let acquired = holding.next_event("acquired");
@@ -354,7 +461,10 @@ fn hold_gives_up_after_its_wait_and_ends_after_its_time() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn watch_follows_acquisitions_releases_and_messages() {
     let server = RedisServer::start();
-    let watching = Running::start(&server, &["watch", "cli:watched", "--interval", "20ms", "--for", "60s"]);
+    let watching = Running::start(
+        &server,
+        &["watch", "cli:watched", "--interval", "20ms", "--for", "60s"],
+    );
     let first = tokio::task::block_in_place(|| watching.next_event("state"));
     assert_eq!(first["state"], "free");
     // The watch listens once it has read the state: wait for its subscription.
@@ -366,9 +476,16 @@ async fn watch_follows_acquisitions_releases_and_messages() {
 
     // A Rust unlock of the Java hold publishes the message the Java side would.
     let rust = client(&server).await;
-    rust.lock("cli:watched").unwrap().unlock(&java_lock_owner(57)).await.unwrap();
+    rust.lock("cli:watched")
+        .unwrap()
+        .unlock(&java_lock_owner(57))
+        .await
+        .unwrap();
     let message = tokio::task::block_in_place(|| watching.next_event("message"));
-    assert_eq!((message["channel"].as_str(), message["payload"].as_str()), (Some(lock_channel("cli:watched").as_str()), Some("0")));
+    assert_eq!(
+        (message["channel"].as_str(), message["payload"].as_str()),
+        (Some(lock_channel("cli:watched").as_str()), Some("0"))
+    );
     let released = tokio::task::block_in_place(|| watching.next_event("released"));
     assert_eq!(released["field"], JAVA_OWNER);
     assert_eq!(tokio::task::block_in_place(|| watching.interrupt()), 0);
@@ -377,11 +494,17 @@ async fn watch_follows_acquisitions_releases_and_messages() {
 
 #[test]
 fn bad_arguments_and_an_unreachable_server_have_their_codes() {
-    let output = Command::new(BIN).args(["hold", "x", "--for", "soon"]).output().unwrap();
+    let output = Command::new(BIN)
+        .args(["hold", "x", "--for", "soon"])
+        .output()
+        .unwrap();
     assert_eq!(output.status.code(), Some(2));
     let server = RedisServer::start();
     let url = server.url();
     drop(server);
-    let output = Command::new(BIN).args(["--url", &url, "inspect", "x"]).output().unwrap();
+    let output = Command::new(BIN)
+        .args(["--url", &url, "inspect", "x"])
+        .output()
+        .unwrap();
     assert_eq!(output.status.code(), Some(3));
 }

@@ -33,7 +33,10 @@ struct Recorded {
 }
 
 fn id(key: &Key) -> String {
-    let mut labels: Vec<String> = key.labels().map(|l| format!("{}={}", l.key(), l.value())).collect();
+    let mut labels: Vec<String> = key
+        .labels()
+        .map(|l| format!("{}={}", l.key(), l.value()))
+        .collect();
     labels.sort();
     format!("{}{{{}}}", key.name(), labels.join(","))
 }
@@ -76,12 +79,16 @@ fn counter(name: &str) -> u64 {
 
 fn gauge(name: &str) -> f64 {
     let gauges = recorded().gauges.lock().unwrap();
-    gauges.get(name).map_or(0.0, |g| f64::from_bits(g.load(Ordering::SeqCst)))
+    gauges
+        .get(name)
+        .map_or(0.0, |g| f64::from_bits(g.load(Ordering::SeqCst)))
 }
 
 fn samples(name: &str) -> Vec<f64> {
     let histograms = recorded().histograms.lock().unwrap();
-    histograms.get(name).map_or(Vec::new(), |h| h.0.lock().unwrap().clone())
+    histograms
+        .get(name)
+        .map_or(Vec::new(), |h| h.0.lock().unwrap().clone())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -107,7 +114,10 @@ async fn a_known_run_is_counted() {
     assert_eq!(gauge("redisson_lock_waiters{}"), 0.0);
 
     // Renewed by the watchdog, then lost when the key goes.
-    eventually(10 * SECOND, "a renewal", || counter("redisson_lock_renewals_total{}") >= 1).await;
+    eventually(10 * SECOND, "a renewal", || {
+        counter("redisson_lock_renewals_total{}") >= 1
+    })
+    .await;
     server.command(&["DEL", "metrics:lock"]);
     within(10 * SECOND, "the loss", second.lease_lost()).await;
     assert_eq!(counter("redisson_lock_leases_lost_total{reason=gone}"), 1);
@@ -119,16 +129,37 @@ async fn a_known_run_is_counted() {
     let fair = client.fair_lock("metrics:fair").unwrap();
     fair.lock(&a).await.unwrap().unlock().await.unwrap();
 
-    assert_eq!(counter("redisson_lock_acquisitions_total{kind=lock,outcome=acquired}"), 2);
-    assert_eq!(counter("redisson_lock_acquisitions_total{kind=lock,outcome=busy}"), 1);
-    assert_eq!(counter("redisson_lock_acquisitions_total{kind=fair_lock,outcome=acquired}"), 1);
-    assert_eq!(counter("redisson_lock_unlock_errors_total{error=not_held,kind=lock}"), 1);
-    assert_eq!(samples("redisson_lock_wait_seconds{kind=lock,outcome=acquired}").len(), 2);
+    assert_eq!(
+        counter("redisson_lock_acquisitions_total{kind=lock,outcome=acquired}"),
+        2
+    );
+    assert_eq!(
+        counter("redisson_lock_acquisitions_total{kind=lock,outcome=busy}"),
+        1
+    );
+    assert_eq!(
+        counter("redisson_lock_acquisitions_total{kind=fair_lock,outcome=acquired}"),
+        1
+    );
+    assert_eq!(
+        counter("redisson_lock_unlock_errors_total{error=not_held,kind=lock}"),
+        1
+    );
+    assert_eq!(
+        samples("redisson_lock_wait_seconds{kind=lock,outcome=acquired}").len(),
+        2
+    );
     let waited = samples("redisson_lock_wait_seconds{kind=lock,outcome=acquired}");
-    assert!(waited[1] > waited[0], "the woken waiter waited longer: {waited:?}");
+    assert!(
+        waited[1] > waited[0],
+        "the woken waiter waited longer: {waited:?}"
+    );
     // Three guards gave up their holds: `held`, `second` (lost), and the fair one.
     assert_eq!(samples("redisson_lock_hold_seconds{kind=lock}").len(), 2);
-    assert_eq!(samples("redisson_lock_hold_seconds{kind=fair_lock}").len(), 1);
+    assert_eq!(
+        samples("redisson_lock_hold_seconds{kind=fair_lock}").len(),
+        1
+    );
     assert_eq!(counter("redisson_lock_renewal_failures_total{}"), 0);
     assert_eq!(counter("redisson_lock_releases_resent_total{kind=lock}"), 0);
     client.shutdown().await;
@@ -141,7 +172,10 @@ async fn a_known_run_is_counted() {
     let waiting_owner = server_client.new_owner();
     let waiter = tokio::spawn({
         let busy = busy.clone();
-        async move { busy.try_lock_for(&waiting_owner, Duration::from_secs(60)).await }
+        async move {
+            busy.try_lock_for(&waiting_owner, Duration::from_secs(60))
+                .await
+        }
     });
     subscribed(&server, &lock_channel("metrics:busy")).await;
     server.command(&["CLIENT", "KILL", "TYPE", "pubsub"]);

@@ -26,13 +26,20 @@ struct Sale {
 
 impl Sale {
     async fn open(client: &LockClient, run: &str, stripes: u64) -> Result<Sale> {
-        let mut sale = Sale { locks: Vec::new(), counters: Vec::new() };
+        let mut sale = Sale {
+            locks: Vec::new(),
+            counters: Vec::new(),
+        };
         for stripe in 0..stripes {
             let counter = format!("sale:{run}:stock:{stripe}");
             // Spread the remainder so the stripes add up to STOCK exactly.
             let units = STOCK / stripes + u64::from(stripe < STOCK % stripes);
-            let _: () = client.redis().set(&counter, units, None, None, false).await?;
-            sale.locks.push(client.lock(&format!("sale:{run}:lock:{stripe}"))?);
+            let _: () = client
+                .redis()
+                .set(&counter, units, None, None, false)
+                .await?;
+            sale.locks
+                .push(client.lock(&format!("sale:{run}:lock:{stripe}"))?);
             sale.counters.push(counter);
         }
         Ok(sale)
@@ -48,7 +55,10 @@ impl Sale {
             let counter = &self.counters[stripe];
             let left: u64 = client.redis().get(counter).await?;
             if left > 0 {
-                let _: () = client.redis().set(counter, left - 1, None, None, false).await?;
+                let _: () = client
+                    .redis()
+                    .set(counter, left - 1, None, None, false)
+                    .await?;
             }
             guard.unlock().await?;
             if left > 0 {

@@ -37,7 +37,11 @@ async fn handle(
         return Ok(Some(result));
     }
     let me = locks.new_owner();
-    let Some(guard) = locks.lock(&format!("request:{id}"))?.try_lock_for(&me, WAIT).await? else {
+    let Some(guard) = locks
+        .lock(&format!("request:{id}"))?
+        .try_lock_for(&me, WAIT)
+        .await?
+    else {
         return Ok(None); // still in progress elsewhere: tell the caller to retry later
     };
     let result = match redis.get::<Option<String>, _>(&stored).await? {
@@ -45,7 +49,13 @@ async fn handle(
         None => {
             let result = work.await;
             let _: () = redis
-                .set(&stored, result.as_str(), Some(RETENTION), Some(SetOptions::NX), false)
+                .set(
+                    &stored,
+                    result.as_str(),
+                    Some(RETENTION),
+                    Some(SetOptions::NX),
+                    false,
+                )
                 .await?;
             result
         }
@@ -75,7 +85,10 @@ async fn main() -> Result<()> {
         })
         .collect();
     for copy in copies {
-        assert_eq!(copy.await.unwrap()?.as_deref(), Some("payment 4711 accepted"));
+        assert_eq!(
+            copy.await.unwrap()?.as_deref(),
+            Some("payment 4711 accepted")
+        );
     }
     let runs = executions.load(Ordering::SeqCst);
     println!("the work ran {runs} time(s) for 5 copies of the request");

@@ -45,7 +45,10 @@ async fn pay(State(locks): State<LockClient>, Path(order): Path<u64>) -> (Status
     match (charged, released) {
         (true, Ok(())) => (StatusCode::OK, format!("order {order} paid")),
         (true, Err(error)) => (StatusCode::OK, format!("order {order} paid ({error})")),
-        (false, _) => (StatusCode::SERVICE_UNAVAILABLE, "lock lost; not charged".into()),
+        (false, _) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "lock lost; not charged".into(),
+        ),
     }
 }
 
@@ -57,7 +60,9 @@ async fn charge(_order: u64) {
 /// A minimal HTTP/1.1 client: the status line of `POST path`.
 async fn post_status(addr: std::net::SocketAddr, path: &str) -> String {
     let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
-    let request = format!("POST {path} HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+    let request = format!(
+        "POST {path} HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+    );
     stream.write_all(request.as_bytes()).await.unwrap();
     let mut response = String::new();
     stream.read_to_string(&mut response).await.unwrap();
@@ -70,7 +75,9 @@ async fn post_status(addr: std::net::SocketAddr, path: &str) -> String {
 async fn main() -> redisson_lock::Result<()> {
     let redis = redis::redis();
     let locks = LockClient::connect(&redis.url).await?;
-    let app = Router::new().route("/orders/{id}/pay", post(pay)).with_state(locks.clone());
+    let app = Router::new()
+        .route("/orders/{id}/pay", post(pay))
+        .with_state(locks.clone());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let server = tokio::spawn(async move { axum::serve(listener, app).await });

@@ -14,7 +14,10 @@ pub fn redis() -> Redis {
         Ok(url) => Redis { url, _server: None },
         Err(_) => {
             let server = server::RedisServer::start();
-            Redis { url: server.url(), _server: Some(server) }
+            Redis {
+                url: server.url(),
+                _server: Some(server),
+            }
         }
     }
 }

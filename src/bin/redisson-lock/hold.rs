@@ -57,7 +57,10 @@ async fn take(
     match kind {
         Kind::Lock => exclusive!(client.lock(name)?, no_token),
         Kind::Fair => exclusive!(client.fair_lock(name)?, no_token),
-        Kind::Fenced => exclusive!(client.fenced_lock(name)?, |g: &redisson_lock::FencedGuard| Some(g.token())),
+        Kind::Fenced => exclusive!(
+            client.fenced_lock(name)?,
+            |g: &redisson_lock::FencedGuard| Some(g.token())
+        ),
         Kind::Spin => exclusive!(client.spin_lock(name)?, no_token),
         Kind::NonReentrant => exclusive!(client.non_reentrant_lock(name)?, no_token),
         Kind::NonReentrantFair => exclusive!(client.non_reentrant_fair_lock(name)?, no_token),
@@ -127,7 +130,9 @@ pub(crate) async fn hold(
         json!({"event": "acquired", "name": name, "kind": kind_name, "owner": owner.to_string(), "token": held.token}),
         format!(
             "holding {name} as {owner}{} for {duration:?}",
-            held.token.map(|t| format!(" with token {t}")).unwrap_or_default()
+            held.token
+                .map(|t| format!(" with token {t}"))
+                .unwrap_or_default()
         ),
     );
     let ended = tokio::select! {

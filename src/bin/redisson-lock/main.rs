@@ -22,7 +22,12 @@ use redisson_lock::{Error, LockClient};
 #[command(name = "redisson-lock", version)]
 struct Cli {
     /// The server: redis://, rediss://, redis-sentinel:// or redis-cluster:// URL.
-    #[arg(long, env = "REDIS_URL", default_value = "redis://127.0.0.1:6379", global = true)]
+    #[arg(
+        long,
+        env = "REDIS_URL",
+        default_value = "redis://127.0.0.1:6379",
+        global = true
+    )]
     url: String,
     /// The name prefix of the services' clients (Redisson's name mapper), put in front of
     /// every NAME and taken off every name listed.
@@ -134,9 +139,13 @@ pub(crate) type Outcome = Result<Exit, Failure>;
 
 /// Parses `250ms`, `10s`, `2m`, `1h` or a bare number of seconds.
 fn parse_duration(text: &str) -> Result<Duration, String> {
-    let split = text.find(|c: char| !c.is_ascii_digit() && c != '.').unwrap_or(text.len());
+    let split = text
+        .find(|c: char| !c.is_ascii_digit() && c != '.')
+        .unwrap_or(text.len());
     let (number, unit) = text.split_at(split);
-    let number: f64 = number.parse().map_err(|_| format!("not a duration: {text:?}"))?;
+    let number: f64 = number
+        .parse()
+        .map_err(|_| format!("not a duration: {text:?}"))?;
     let seconds = match unit {
         "ms" => number / 1000.0,
         "" | "s" => number,
@@ -192,7 +201,9 @@ async fn run(cli: &Cli, client: &LockClient) -> Outcome {
             let clients = client.connected_lock_clients().await.unwrap_or_default();
             show::print_list(&found, &clients, cli.json);
             if found.incomplete {
-                eprintln!("redisson-lock: the scan stopped after --max-keys; the list may be incomplete");
+                eprintln!(
+                    "redisson-lock: the scan stopped after --max-keys; the list may be incomplete"
+                );
             }
             Ok(Exit::Done)
         }
@@ -228,7 +239,10 @@ async fn force_unlock(cli: &Cli, client: &LockClient, name: &str, yes: bool) -> 
     let clients = client.connected_lock_clients().await.unwrap_or_default();
     let how = match &state.mode {
         HoldMode::NotALock(what) => {
-            return Err(Failure(Exit::NotALock, format!("{name:?} is not a lock: {what}")))
+            return Err(Failure(
+                Exit::NotALock,
+                format!("{name:?} is not a lock: {what}"),
+            ))
         }
         HoldMode::Free => {
             if cli.json {
@@ -250,14 +264,20 @@ async fn force_unlock(cli: &Cli, client: &LockClient, name: &str, yes: bool) -> 
         }
         let question = format!("Free {name} now? Its holders will go on as if they held it.");
         if !confirmed(&question) {
-            return Err(Failure(Exit::NotConfirmed, "not confirmed; nothing changed".into()));
+            return Err(Failure(
+                Exit::NotConfirmed,
+                "not confirmed; nothing changed".into(),
+            ));
         }
     }
     let freed = forced(client, name, how).await?;
     if cli.json {
         show::print_json(&serde_json::json!({"name": name, "freed": freed, "as": how}));
     } else if freed {
-        println!("freed {name} (as a {}); its waiters were told", how.replace('_', " "));
+        println!(
+            "freed {name} (as a {}); its waiters were told",
+            how.replace('_', " ")
+        );
     } else {
         println!("{name} was no longer held that way; nothing was freed");
     }

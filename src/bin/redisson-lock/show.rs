@@ -23,7 +23,8 @@ fn millis(duration: Duration) -> Value {
 }
 
 fn epoch_millis(at: SystemTime) -> u64 {
-    at.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
+    at.duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
 }
 
 fn mode_name(mode: &HoldMode) -> &'static str {
@@ -89,7 +90,8 @@ pub(crate) fn state_json(state: &LockState, clients: &Clients) -> Value {
             let mut waiter = owner_json(&w.field, w.owner.as_ref(), clients);
             waiter["deadline_epoch_ms"] = json!(w.deadline.map(epoch_millis));
             waiter["deadline_in_ms"] = json!(w.deadline.map(|d| {
-                d.duration_since(now).map_or(0, |left| left.as_millis() as u64)
+                d.duration_since(now)
+                    .map_or(0, |left| left.as_millis() as u64)
             }));
             waiter
         })
@@ -217,7 +219,10 @@ pub(crate) fn print_state(state: &LockState, clients: &Clients, json: bool) {
     }
     for channel in &state.channels {
         if channel.listeners > 0 {
-            println!("listening {}  {} connection(s)", channel.channel, channel.listeners);
+            println!(
+                "listening {}  {} connection(s)",
+                channel.channel, channel.listeners
+            );
         }
     }
     if state.channels.iter().all(|c| c.listeners == 0) {

@@ -106,7 +106,8 @@ impl Events {
 }
 
 async fn listen(url: &str) -> Result<SubscriberClient, Failure> {
-    let redis_error = |e: redisson_lock::fred::error::Error| Failure(Exit::RedisError, e.to_string());
+    let redis_error =
+        |e: redisson_lock::fred::error::Error| Failure(Exit::RedisError, e.to_string());
     let config = Config::from_url(url).map_err(redis_error)?;
     let subscriber = Builder::from_config(config)
         .build_subscriber_client()
