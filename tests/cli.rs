@@ -241,21 +241,7 @@ async fn inspect_tells_a_connected_rust_owner_and_the_fencing_token() {
         .lock(&me)
         .await
         .unwrap();
-    let (state, _) = tokio::task::spawn_blocking({
-        let url = server.url();
-        move || {
-            let output = Command::new(BIN)
-                .args(["--url", &url, "--json", "inspect", "cli:fenced"])
-                .output()
-                .unwrap();
-            (
-                serde_json::from_slice::<Value>(&output.stdout).unwrap(),
-                output.status.code(),
-            )
-        }
-    })
-    .await
-    .unwrap();
+    let (state, _) = tokio::task::block_in_place(|| run_json(&server, &["inspect", "cli:fenced"]));
     let holder = &state["holders"][0];
     assert_eq!(holder["field"], me.to_string());
     assert_eq!(holder["client"], "redisson-lock");
@@ -339,31 +325,11 @@ async fn force_unlock_asks_then_wakes_waiters_of_both_languages() {
     subscribed(&server, &lock_channel("cli:stuck")).await;
     let mut java = Listener::channel(&server, &lock_channel("cli:stuck")).await;
 
-    let (done, code) = tokio::task::spawn_blocking({
-        let url = url.clone();
-        move || {
-            let output = Command::new(BIN)
-                .args([
-                    "--url",
-                    &url,
-                    "--json",
-                    "force-unlock",
-                    "cli:stuck",
-                    "--yes",
-                ])
-                .output()
-                .unwrap();
-            (
-                serde_json::from_slice::<Value>(&output.stdout).unwrap(),
-                output.status.code(),
-            )
-        }
-    })
-    .await
-    .unwrap();
+    let (done, code) =
+        tokio::task::block_in_place(|| run_json(&server, &["force-unlock", "cli:stuck", "--yes"]));
     assert_eq!(
         (done["freed"].as_bool(), done["as"].as_str(), code),
-        (Some(true), Some("lock"), Some(0))
+        (Some(true), Some("lock"), 0)
     );
     assert_eq!(
         java.next().await,
