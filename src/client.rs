@@ -1,5 +1,6 @@
 //! The entry point: a connection to Redis shared by every lock made from it.
 
+use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,9 +16,11 @@ use crate::error::{is_transient, Error, Result};
 use crate::fair_lock::FairLock;
 use crate::fenced_lock::FencedLock;
 use crate::guard::Lease;
+use crate::inspect::{self, FoundLocks, LockState};
 use crate::lock::Lock;
 use crate::multi_lock::{MultiLock, MultiMember, RedLock};
 use crate::non_reentrant::{NonReentrantFairLock, NonReentrantLock};
+use crate::observe;
 use crate::owner::LockOwner;
 use crate::pubsub::{Flavour, PubSubMode};
 use crate::rw_lock::ReadWriteLock;
@@ -161,6 +164,41 @@ impl LockClient {
         members: impl IntoIterator<Item = impl Into<MultiMember>>,
     ) -> Result<RedLock> {
         RedLock::new(members)
+    }
+
+    /// Reads what Redis holds for the lock `name` (its holders, TTL, fair queue, readers'
+    /// leases, fencing token and channel listeners) in one script, writing nothing. The
+    /// kind is told only as far as the data shows it; see [`LockState`].
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for an empty name; [`Error::Redis`] when Redis cannot be
+    /// reached; [`Error::Closed`] after shutdown.
+    pub async fn inspect(&self, name: &str) -> Result<LockState> {
+        inspect::inspect(&self.engine, name).await
+    }
+
+    /// The names (without the name prefix) of the locks that are held or have queued
+    /// waiters and match the glob `pattern` (Redis `MATCH` syntax), found by `SCAN`, never
+    /// `KEYS`. Each scan stops after about `max_keys` keys (per node, on a cluster); the
+    /// answer then says it is incomplete. Costs one more script per candidate hash.
+    ///
+    /// # Errors
+    /// [`Error::Redis`] when Redis cannot be reached; [`Error::Closed`] after shutdown.
+    pub async fn find_locks(&self, pattern: &str, max_keys: u64) -> Result<FoundLocks> {
+        inspect::find_locks(&self.engine, pattern, max_keys).await
+    }
+
+    /// The clients of this crate connected now, by client id, each with its address: every
+    /// connection named `redisson-lock:<client uuid>` (this crate names the command
+    /// connection it opens; a reconnect loses the name until the client is rebuilt). A
+    /// holder whose client id is here is an owner of this crate; one whose client is not
+    /// may be a Java thread or an owner of a client that is gone: the data cannot tell.
+    /// On a cluster, only the node the command reaches is asked.
+    ///
+    /// # Errors
+    /// [`Error::Redis`] when Redis cannot be reached or refuses `CLIENT LIST`.
+    pub async fn connected_lock_clients(&self) -> Result<HashMap<Uuid, String>> {
+        inspect::connected_lock_clients(&self.engine).await
     }
 
     /// The fred client that runs this client's commands, for anything this crate does not
@@ -496,9 +534,11 @@ impl LockClientBuilder {
             renew_by_slot: self.renew_by_slot.unwrap_or(clustered),
             replica_wait,
         };
-        Ok(LockClient {
-            engine: Engine::start(redis, subscriber, settings, owns_redis),
-        })
+        let engine = Engine::start(redis, subscriber, settings, owns_redis);
+        if owns_redis {
+            observe::name_connection(&engine.redis, engine.client_id).await;
+        }
+        Ok(LockClient { engine })
     }
 }
 

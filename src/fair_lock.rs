@@ -106,6 +106,10 @@ impl Fair {
 }
 
 impl Protocol for Fair {
+    fn kind(&self) -> &'static str {
+        "fair_lock"
+    }
+
     fn channel(&self, keys: &LockKeys, owner: &LockOwner) -> Arc<str> {
         keys.fair_waiter_channel(owner.field()).into()
     }

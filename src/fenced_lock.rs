@@ -121,6 +121,10 @@ impl FencedLock {
 struct Fenced;
 
 impl Protocol for Fenced {
+    fn kind(&self) -> &'static str {
+        "fenced_lock"
+    }
+
     fn acquire(&self, lock: &Target, owner: &LockOwner, lease_ms: i64, _wait: Wait) -> Call {
         Call::new(
             &FENCED_ACQUIRE,

@@ -13,6 +13,7 @@ use std::fmt;
 
 use crate::engine::Engine;
 use crate::error::{Error, Result};
+use crate::observe;
 use crate::owner::LockOwner;
 use crate::protocol::Target;
 use crate::release::{release_settled, By, Released};
@@ -217,6 +218,7 @@ pub struct LockGuard {
     ///
     /// [`FencedGuard`]: crate::FencedGuard
     token: Option<u64>,
+    held_since: observe::Since,
 }
 
 impl LockGuard {
@@ -234,6 +236,7 @@ impl LockGuard {
             active: true,
             lease_ms,
             token,
+            held_since: observe::Since::now(),
         }
     }
 
@@ -308,6 +311,7 @@ impl LockGuard {
     /// hold, not this one, so nothing is sent.
     fn release(&mut self) -> Result<impl Future<Output = Result<()>> + Send + 'static> {
         let not_held = |lock: &Target, owner: &LockOwner| Error::not_held(&lock.name, owner);
+        observe::held(self.lock.kind.kind(), self.held_since);
         let Some(Leaving {
             generation,
             keep_alive,

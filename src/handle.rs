@@ -17,6 +17,7 @@ use crate::engine::Engine;
 use crate::error::{map_redis_error, Error, Result};
 use crate::guard::{Finishing, Lease, LockGuard, Renewal};
 use crate::keys::LockKeys;
+use crate::observe;
 use crate::owner::LockOwner;
 use crate::protocol::{Place, Protocol, Target};
 use crate::release::{release, release_settled, replicated, By, Released};
@@ -129,6 +130,11 @@ impl Handle {
 
     /// Takes a hold for `owner`, waiting as `wait` says: `Ok(None)` when the wait ran out.
     pub(crate) async fn acquire(&self, owner: &LockOwner, wait: Wait) -> Result<Option<LockGuard>> {
+        let (name, kind) = (&self.lock.name, self.lock.kind.kind());
+        observe::acquiring(name, kind, self.acquire_observed(owner, wait)).await
+    }
+
+    async fn acquire_observed(&self, owner: &LockOwner, wait: Wait) -> Result<Option<LockGuard>> {
         let engine = &self.lock.engine;
         engine.check_open()?;
         let lease_ms = self.lease.millis(engine);

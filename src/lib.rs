@@ -4,6 +4,8 @@
 #![deny(rustdoc::broken_intra_doc_links)]
 
 mod attempt;
+#[cfg(feature = "blocking")]
+pub mod blocking;
 mod client;
 mod engine;
 mod error;
@@ -11,11 +13,13 @@ mod fair_lock;
 mod fenced_lock;
 mod guard;
 mod handle;
+pub mod inspect;
 mod keys;
 mod latches;
 mod lock;
 mod multi_lock;
 mod non_reentrant;
+mod observe;
 mod owner;
 mod protocol;
 mod pubsub;

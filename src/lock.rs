@@ -46,6 +46,10 @@ exclusive_lock!(Lock, Reentrant);
 pub(crate) struct Reentrant;
 
 impl Protocol for Reentrant {
+    fn kind(&self) -> &'static str {
+        "lock"
+    }
+
     fn acquire(&self, lock: &Target, owner: &LockOwner, lease_ms: i64, _wait: Wait) -> Call {
         acquire_call(lock, owner, lease_ms)
     }

@@ -356,6 +356,12 @@ impl RedLock {
         })
     }
 
+    /// The multi-lock with a majority quorum underneath.
+    #[cfg(feature = "blocking")]
+    pub(crate) fn into_multi_lock(self) -> MultiLock {
+        self.inner
+    }
+
     /// The same RedLock with another lease for the holds it takes.
     pub fn with_lease(self, lease: Lease) -> RedLock {
         RedLock {

@@ -55,7 +55,7 @@ pub struct NonReentrantLock {
     inner: Handle,
 }
 
-exclusive_lock!(NonReentrantLock, NoReentry(Reentrant));
+exclusive_lock!(NonReentrantLock, NoReentry(Reentrant, "non_reentrant_lock"));
 
 /// A fair lock (see [`FairLock`](crate::FairLock)) that an owner can hold only once: taking
 /// it again while holding it fails at once with [`Error::WouldDeadlock`]. Shared with
@@ -70,14 +70,21 @@ pub struct NonReentrantFairLock {
     inner: Handle,
 }
 
-exclusive_lock!(NonReentrantFairLock, NoReentry(Fair));
+exclusive_lock!(
+    NonReentrantFairLock,
+    NoReentry(Fair, "non_reentrant_fair_lock")
+);
 
 /// A base kind whose acquire refuses a re-entry: its script gets the marker as its last
 /// argument (§8.2, §8.3) and replies it as an error, which becomes
-/// [`Error::WouldDeadlock`]. Everything else is the base kind's.
-struct NoReentry<P>(P);
+/// [`Error::WouldDeadlock`]. Everything else is the base kind's; the name is this kind's.
+struct NoReentry<P>(P, &'static str);
 
 impl<P: Protocol> Protocol for NoReentry<P> {
+    fn kind(&self) -> &'static str {
+        self.1
+    }
+
     fn field(&self, owner: &LockOwner) -> Arc<str> {
         self.0.field(owner)
     }

@@ -66,6 +66,9 @@ impl Target {
 /// A lock kind's protocol (see the module docs). Methods with a default serve every kind
 /// that keeps Redisson's `RLock` hash layout.
 pub(crate) trait Protocol: Send + Sync + 'static {
+    /// The kind's name in tracing spans and metric labels (`lock`, `fair_lock`, ...).
+    fn kind(&self) -> &'static str;
+
     /// The hash field of `owner`'s holds (protocol §1).
     fn field(&self, owner: &LockOwner) -> Arc<str> {
         owner.field().clone()

@@ -25,6 +25,7 @@ use tokio::sync::{broadcast, mpsc, oneshot, watch, Notify};
 use tokio::time::Instant;
 
 use crate::error::{Error, Result};
+use crate::observe;
 
 /// Which pub/sub commands carry unlock messages: Redisson's `shardedSubscriptionMode`.
 /// Set it with [`LockClientBuilder::pubsub_mode`](crate::LockClientBuilder::pubsub_mode).
@@ -513,6 +514,7 @@ impl Task {
             tracing::debug!(%channel, "the channel's slot moved; subscribing on its new master");
             match self.subscriber.ssubscribe(channel.to_string()).await {
                 Ok(()) => {
+                    observe::resubscribed_after_slot_move();
                     let node = self.node_of(&channel);
                     if let Some(entry) = self.channels.lock().get_mut(&channel) {
                         entry.node = node;
@@ -535,6 +537,7 @@ impl Task {
                 .map(|(name, _)| name.clone())
                 .collect()
         };
+        observe::pubsub_reconnected(subscribed.len());
         if !subscribed.is_empty() {
             if let Err(error) = self.subscribe_confirmed(&subscribed).await {
                 tracing::warn!(%error, "resubscribing after a reconnect failed");

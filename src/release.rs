@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use crate::engine::Engine;
 use crate::error::{Error, Result};
+use crate::observe;
 use crate::owner::LockOwner;
 use crate::protocol::Target;
 use crate::script::{nil_or_int, Call};
@@ -47,7 +48,8 @@ pub(crate) async fn release_settled(
     by: By,
 ) -> Result<Released> {
     let hold = lock.hold_key(owner);
-    let released = release(lock, owner, lease_ms).await?;
+    let (name, kind, releasing) = (&lock.name, lock.kind.kind(), release(lock, owner, lease_ms));
+    let released = observe::releasing(name, kind, releasing, |r| *r == Released::NotHeld).await?;
     let watchdog = &lock.engine.watchdog;
     match (released, by) {
         (Released::Partly, By::Owner) => watchdog.release_one(&hold, generation),
@@ -91,6 +93,7 @@ pub(crate) async fn release(lock: &Target, owner: &LockOwner, lease_ms: i64) -> 
         match engine.run(call, &lock.name).await {
             Err(error) if error.is_retryable() && sent < RELEASE_SENDS => {
                 tracing::debug!(%error, lock = %lock.name, "release failed; resending");
+                observe::release_resent(lock.kind.kind());
                 tokio::time::sleep(release_resend_pause(sent)).await;
                 sent += 1;
             }

@@ -477,6 +477,10 @@ const UPGRADE_REFUSED: i64 = -3;
 struct Read;
 
 impl Protocol for Read {
+    fn kind(&self) -> &'static str {
+        "read_lock"
+    }
+
     fn renew(&self, keys: &LockKeys) -> Renew {
         Renew::Reader {
             key_prefix: keys.read_key_prefix().into(),
@@ -544,6 +548,10 @@ impl Protocol for Read {
 struct Write;
 
 impl Protocol for Write {
+    fn kind(&self) -> &'static str {
+        "write_lock"
+    }
+
     fn field(&self, owner: &LockOwner) -> Arc<str> {
         keys::write_field(owner.field()).into()
     }

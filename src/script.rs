@@ -171,6 +171,7 @@ scripts! {
     WRITE_ACQUIRE => "write_acquire" with "common",
     WRITE_RELEASE => "write_release" with "common", "release", "publish",
     WRITE_FORCE_RELEASE => "write_force_release" with "publish",
+    INSPECT => "inspect",
 }
 
 #[cfg(test)]

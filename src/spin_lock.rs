@@ -68,6 +68,10 @@ impl SpinLock {
 struct Spin;
 
 impl Protocol for Spin {
+    fn kind(&self) -> &'static str {
+        "spin_lock"
+    }
+
     fn default_wait(&self) -> WaitStrategy {
         WaitStrategy::Spin(Backoff::default())
     }

@@ -21,6 +21,7 @@ use tokio::sync::{watch, Notify};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
+use crate::observe;
 use crate::script::{Script, ScriptRunner, READ_RENEW_BATCH, RENEW_BATCH};
 use crate::time::millis;
 use crate::wait::backoff::renewal_retry;
@@ -159,6 +160,7 @@ impl Watchdog {
         if new_hold {
             if let Some(stale) = registry.holds.remove(&hold) {
                 tracing::warn!(key = %hold.key, field = %hold.field, "hold lost: the owner's new acquisition found it gone");
+                observe::lease_lost(observe::Lost::Replaced);
                 stale.lost.send_replace(true);
             }
         }
@@ -377,9 +379,11 @@ impl Watchdog {
                         match registry.holds.get_mut(hold) {
                             Some(entry) if entry.id == *id && renewed => {
                                 entry.expires = now + self.timeout;
+                                observe::renewed(1);
                             }
                             Some(entry) if entry.id == *id => {
                                 tracing::warn!(key = %hold.key, field = %hold.field, "hold lost: it no longer exists in Redis");
+                                observe::lease_lost(observe::Lost::Gone);
                                 entry.lost.send_replace(true);
                                 registry.holds.remove(hold);
                             }
@@ -388,6 +392,7 @@ impl Watchdog {
                     }
                 }
                 failed => {
+                    observe::renewal_failed();
                     match &failed {
                         Err(error) => tracing::warn!(%error, "renewing holds failed; will retry"),
                         Ok(reply) => tracing::warn!(?reply, "unexpected renewal reply; will retry"),
@@ -402,6 +407,7 @@ impl Watchdog {
                         }
                         if entry.expires <= later {
                             tracing::warn!(key = %hold.key, field = %hold.field, "hold lost: Redis unreachable until its lease ran out");
+                            observe::lease_lost(observe::Lost::Unreachable);
                             entry.lost.send_replace(true);
                             registry.holds.remove(hold);
                         } else {

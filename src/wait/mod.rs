@@ -16,6 +16,7 @@ use tokio::time::Instant;
 use crate::attempt::Attempt;
 use crate::engine::Engine;
 use crate::error::{Error, Result};
+use crate::observe;
 use crate::pubsub::Subscription;
 use crate::time::deadline_after;
 use backoff::{Delays, OUTAGE_BACKOFF, POLL_WITHOUT_MESSAGES};
@@ -104,6 +105,7 @@ where
         Attempt::Acquired(hold) => return Ok(Some(hold)),
         Attempt::Busy { ttl } => ttl,
     };
+    let _waiting = observe::Waiting::start();
     let (channel, mut spin) = match wake {
         Wake::Messages(channel) => (channel, None),
         // Only named in log lines: a spinning waiter never subscribes.

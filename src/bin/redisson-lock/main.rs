@@ -1,0 +1,311 @@
+//! `redisson-lock`: look at, free, follow and take Redisson locks from a shell, whichever
+//! side (Java or Rust) holds them. `redisson-lock --help` lists the commands; the exit codes
+//! are in [`Exit`] and in `docs/operations.md`.
+
+mod hold;
+mod show;
+mod watch;
+
+use std::io::{BufRead, Write};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand, ValueEnum};
+use redisson_lock::inspect::HoldMode;
+use redisson_lock::{Error, LockClient};
+
+/// Inspect, list, free, follow and hold Redisson locks (Java's Redisson and this crate
+/// alike). Exit codes: 0 done; 1 the lock was not in the state asked for (nothing to free,
+/// not acquired in time, lease lost); 2 bad arguments; 3 Redis error; 4 not confirmed;
+/// 5 the name is not a lock; 130 interrupted while holding.
+#[derive(Parser, Debug)]
+#[command(name = "redisson-lock", version)]
+struct Cli {
+    /// The server: redis://, rediss://, redis-sentinel:// or redis-cluster:// URL.
+    #[arg(
+        long,
+        env = "REDIS_URL",
+        default_value = "redis://127.0.0.1:6379",
+        global = true
+    )]
+    url: String,
+    /// The name prefix of the services' clients (Redisson's name mapper), put in front of
+    /// every NAME and taken off every name listed.
+    #[arg(long, default_value = "", global = true)]
+    prefix: String,
+    /// Print JSON (one object, or one object a line for `watch` and `hold`).
+    #[arg(long, global = true)]
+    json: bool,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Show everything Redis holds for a lock: holders, TTL, fair queue, readers, token,
+    /// channel listeners.
+    Inspect {
+        /// The lock's name, as the services name it.
+        name: String,
+    },
+    /// List the locks held or waited for, one line each (SCAN, never KEYS).
+    List {
+        /// A glob on lock names (Redis MATCH syntax).
+        #[arg(default_value = "*")]
+        pattern: String,
+        /// Stop each scan after about this many keys (per node on a cluster).
+        #[arg(long, default_value_t = 100_000)]
+        max_keys: u64,
+    },
+    /// Free a lock whoever holds it, with its kind's own force release, so that waiters of
+    /// both languages wake. Asks first unless --yes.
+    ForceUnlock {
+        /// The lock's name.
+        name: String,
+        /// Do not ask.
+        #[arg(long, short)]
+        yes: bool,
+    },
+    /// Follow a lock live: acquisitions, releases, queue changes and pub/sub messages,
+    /// until interrupted (or --for has passed).
+    Watch {
+        /// The lock's name.
+        name: String,
+        /// How often to look at the lock's data.
+        #[arg(long, value_parser = parse_duration, default_value = "100ms")]
+        interval: Duration,
+        /// Stop after this long.
+        #[arg(long = "for", value_parser = parse_duration)]
+        duration: Option<Duration>,
+    },
+    /// Take a lock and hold it, for drills and for testing a service.
+    Hold {
+        /// The lock's name.
+        name: String,
+        /// How long to hold it once taken.
+        #[arg(long = "for", value_parser = parse_duration, default_value = "10s")]
+        duration: Duration,
+        /// Which kind of lock to take.
+        #[arg(long, value_enum, default_value_t = Kind::Lock)]
+        kind: Kind,
+        /// How long to wait for it (default: as long as it takes; 0: one attempt).
+        #[arg(long, value_parser = parse_duration)]
+        wait: Option<Duration>,
+        /// A fixed lease instead of the watchdog's renewals.
+        #[arg(long, value_parser = parse_duration)]
+        lease: Option<Duration>,
+    },
+}
+
+/// The kinds `hold` can take.
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Kind {
+    Lock,
+    Fair,
+    Fenced,
+    Spin,
+    NonReentrant,
+    NonReentrantFair,
+    Read,
+    Write,
+}
+
+/// Why the tool stops; the process's exit code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Exit {
+    Done = 0,
+    NotInState = 1,
+    RedisError = 3,
+    NotConfirmed = 4,
+    NotALock = 5,
+    Interrupted = 130,
+}
+
+/// A failure: its exit code and what to tell the user.
+pub(crate) struct Failure(pub(crate) Exit, pub(crate) String);
+
+impl From<Error> for Failure {
+    fn from(error: Error) -> Failure {
+        let exit = match error {
+            Error::InvalidArgument(_) => return Failure(Exit::NotInState, error.to_string()),
+            Error::WrongType { .. } => Exit::NotALock,
+            _ => Exit::RedisError,
+        };
+        Failure(exit, error.to_string())
+    }
+}
+
+pub(crate) type Outcome = Result<Exit, Failure>;
+
+/// Parses `250ms`, `10s`, `2m`, `1h` or a bare number of seconds.
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    let split = text
+        .find(|c: char| !c.is_ascii_digit() && c != '.')
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let number: f64 = number
+        .parse()
+        .map_err(|_| format!("not a duration: {text:?}"))?;
+    let seconds = match unit {
+        "ms" => number / 1000.0,
+        "" | "s" => number,
+        "m" => number * 60.0,
+        "h" => number * 3600.0,
+        _ => return Err(format!("unknown unit {unit:?} in {text:?} (ms, s, m, h)")),
+    };
+    Duration::try_from_secs_f64(seconds).map_err(|e| e.to_string())
+}
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let outcome = match connect(&cli).await {
+        Ok(client) => {
+            let outcome = run(&cli, &client).await;
+            client.shutdown().await;
+            outcome
+        }
+        Err(failure) => Err(failure),
+    };
+    match outcome {
+        Ok(exit) => ExitCode::from(exit as u8),
+        Err(Failure(exit, message)) => {
+            eprintln!("redisson-lock: {message}");
+            ExitCode::from(exit as u8)
+        }
+    }
+}
+
+async fn connect(cli: &Cli) -> Result<LockClient, Failure> {
+    LockClient::builder()
+        .url(&cli.url)
+        .name_prefix(cli.prefix.clone())
+        .build()
+        .await
+        .map_err(|error| Failure(Exit::RedisError, format!("{}: {error}", cli.url)))
+}
+
+async fn run(cli: &Cli, client: &LockClient) -> Outcome {
+    match &cli.command {
+        Command::Inspect { name } => {
+            let state = client.inspect(name).await?;
+            let clients = client.connected_lock_clients().await.unwrap_or_default();
+            show::print_state(&state, &clients, cli.json);
+            Ok(match state.mode {
+                HoldMode::NotALock(_) => Exit::NotALock,
+                _ => Exit::Done,
+            })
+        }
+        Command::List { pattern, max_keys } => {
+            let found = client.find_locks(pattern, *max_keys).await?;
+            let clients = client.connected_lock_clients().await.unwrap_or_default();
+            show::print_list(&found, &clients, cli.json);
+            if found.incomplete {
+                eprintln!(
+                    "redisson-lock: the scan stopped after --max-keys; the list may be incomplete"
+                );
+            }
+            Ok(Exit::Done)
+        }
+        Command::ForceUnlock { name, yes } => force_unlock(cli, client, name, *yes).await,
+        Command::Watch {
+            name,
+            interval,
+            duration,
+        } => watch::watch(cli, client, name, *interval, *duration).await,
+        Command::Hold {
+            name,
+            duration,
+            kind,
+            wait,
+            lease,
+        } => hold::hold(client, name, *kind, *duration, *wait, *lease, cli.json).await,
+    }
+}
+
+/// Asks `question` on the terminal; only `y` or `yes` agrees.
+fn confirmed(question: &str) -> bool {
+    eprint!("{question} [y/N] ");
+    let _ = std::io::stderr().flush();
+    let mut answer = String::new();
+    if std::io::stdin().lock().read_line(&mut answer).is_err() {
+        return false;
+    }
+    matches!(answer.trim().to_ascii_lowercase().as_str(), "y" | "yes")
+}
+
+async fn force_unlock(cli: &Cli, client: &LockClient, name: &str, yes: bool) -> Outcome {
+    let state = client.inspect(name).await?;
+    let clients = client.connected_lock_clients().await.unwrap_or_default();
+    let how = match &state.mode {
+        HoldMode::NotALock(what) => {
+            return Err(Failure(
+                Exit::NotALock,
+                format!("{name:?} is not a lock: {what}"),
+            ))
+        }
+        HoldMode::Free => {
+            if cli.json {
+                show::print_json(&serde_json::json!({"name": name, "freed": false}));
+            } else {
+                println!("{name} is not held; nothing to free");
+            }
+            return Ok(Exit::NotInState);
+        }
+        HoldMode::Write => "write_lock",
+        HoldMode::Read => "read_lock",
+        HoldMode::Exclusive if state.queue_len > 0 => "fair_lock",
+        HoldMode::Exclusive => "lock",
+        _ => "lock",
+    };
+    if !yes {
+        if !cli.json {
+            show::print_state(&state, &clients, false);
+        }
+        let question = format!("Free {name} now? Its holders will go on as if they held it.");
+        if !confirmed(&question) {
+            return Err(Failure(
+                Exit::NotConfirmed,
+                "not confirmed; nothing changed".into(),
+            ));
+        }
+    }
+    let freed = forced(client, name, how).await?;
+    if cli.json {
+        show::print_json(&serde_json::json!({"name": name, "freed": freed, "as": how}));
+    } else if freed {
+        println!(
+            "freed {name} (as a {}); its waiters were told",
+            how.replace('_', " ")
+        );
+    } else {
+        println!("{name} was no longer held that way; nothing was freed");
+    }
+    Ok(if freed { Exit::Done } else { Exit::NotInState })
+}
+
+/// The force release of kind `how`.
+async fn forced(client: &LockClient, name: &str, how: &str) -> Result<bool, Error> {
+    match how {
+        "write_lock" => client.read_write_lock(name)?.force_unlock_write().await,
+        "read_lock" => client.read_write_lock(name)?.force_unlock_read().await,
+        "fair_lock" => client.fair_lock(name)?.force_unlock().await,
+        _ => client.lock(name)?.force_unlock().await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_duration;
+    use std::time::Duration;
+
+    #[test]
+    fn parses_durations() {
+        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(parse_duration("10s"), Ok(Duration::from_secs(10)));
+        assert_eq!(parse_duration("1.5"), Ok(Duration::from_millis(1500)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert!(parse_duration("soon").is_err());
+        assert!(parse_duration("3d").is_err());
+    }
+}

@@ -1,0 +1,249 @@
+//! How a lock's state is printed: for people, and as JSON for scripts.
+
+use std::collections::HashMap;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use redisson_lock::inspect::{FoundLocks, HoldMode, Holder, LockState, Side};
+use redisson_lock::{LockOwner, Uuid};
+use serde_json::{json, Value};
+
+/// The connected clients of this crate, by client id (see `connected_lock_clients`).
+pub(crate) type Clients = HashMap<Uuid, String>;
+
+pub(crate) fn print_json(value: &Value) {
+    println!("{value}");
+}
+
+fn millis(duration: Duration) -> Value {
+    if duration == Duration::MAX {
+        json!(-1)
+    } else {
+        json!(duration.as_millis() as u64)
+    }
+}
+
+fn epoch_millis(at: SystemTime) -> u64 {
+    at.duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+fn mode_name(mode: &HoldMode) -> &'static str {
+    match mode {
+        HoldMode::Free => "free",
+        HoldMode::Exclusive => "exclusive",
+        HoldMode::Read => "read",
+        HoldMode::Write => "write",
+        _ => "not_a_lock",
+    }
+}
+
+fn side_name(side: Side) -> &'static str {
+    match side {
+        Side::Read => "read",
+        Side::Write => "write",
+        _ => "exclusive",
+    }
+}
+
+/// Which side an owner is on, as far as the data tells: a connected client of this crate
+/// (its connection carries the client id), or unknown.
+fn origin<'a>(owner: Option<&LockOwner>, clients: &'a Clients) -> Option<&'a String> {
+    clients.get(&owner?.client_id())
+}
+
+fn owner_json(field: &str, owner: Option<&LockOwner>, clients: &Clients) -> Value {
+    let client = origin(owner, clients);
+    json!({
+        "field": field,
+        "client_id": owner.map(|o| o.client_id().to_string()),
+        "owner_id": owner.map(|o| o.id()),
+        "client": if client.is_some() { "redisson-lock" } else { "unknown" },
+        "client_addr": client,
+    })
+}
+
+/// The state as one JSON object.
+pub(crate) fn state_json(state: &LockState, clients: &Clients) -> Value {
+    let now = SystemTime::now();
+    let holders: Vec<Value> = state
+        .holders
+        .iter()
+        .map(|h| {
+            let mut holder = owner_json(&h.field, h.owner.as_ref(), clients);
+            holder["side"] = json!(side_name(h.side));
+            holder["count"] = json!(h.count);
+            if h.side == Side::Read {
+                let leases: Vec<Value> = h
+                    .read_leases
+                    .iter()
+                    .map(|l| l.map_or(Value::Null, millis))
+                    .collect();
+                holder["read_leases_ms"] = json!(leases);
+            }
+            holder
+        })
+        .collect();
+    let queue: Vec<Value> = state
+        .queue
+        .iter()
+        .map(|w| {
+            let mut waiter = owner_json(&w.field, w.owner.as_ref(), clients);
+            waiter["deadline_epoch_ms"] = json!(w.deadline.map(epoch_millis));
+            waiter["deadline_in_ms"] = json!(w.deadline.map(|d| {
+                d.duration_since(now)
+                    .map_or(0, |left| left.as_millis() as u64)
+            }));
+            waiter
+        })
+        .collect();
+    let channels: Vec<Value> = state
+        .channels
+        .iter()
+        .map(|c| json!({"channel": c.channel, "listeners": c.listeners}))
+        .collect();
+    json!({
+        "name": state.name,
+        "key": state.key,
+        "state": mode_name(&state.mode),
+        "not_a_lock": match &state.mode { HoldMode::NotALock(why) => json!(why), _ => Value::Null },
+        "ttl_ms": state.ttl.map_or(Value::Null, millis),
+        "holders": holders,
+        "queue": queue,
+        "queue_len": state.queue_len,
+        "fence_token": state.fence_token,
+        "channels": channels,
+    })
+}
+
+fn human_duration(duration: Duration) -> String {
+    if duration == Duration::MAX {
+        return "never expires".into();
+    }
+    let secs = duration.as_secs_f64();
+    match secs {
+        s if s < 1.0 => format!("{} ms", duration.as_millis()),
+        s if s < 120.0 => format!("{s:.1} s"),
+        s if s < 7200.0 => format!("{:.1} min", s / 60.0),
+        s => format!("{:.1} h", s / 3600.0),
+    }
+}
+
+/// Who an owner is, in words: never a guess about its language.
+fn who(owner: Option<&LockOwner>, clients: &Clients) -> String {
+    match (owner, origin(owner, clients)) {
+        (_, Some(addr)) => format!("a redisson-lock client, connected from {addr}"),
+        (Some(owner), None) => format!(
+            "Java thread {} or a Rust owner; the client is not a connected redisson-lock client",
+            owner.id()
+        ),
+        (None, None) => "not an owner field of the usual form".into(),
+    }
+}
+
+fn holder_line(holder: &Holder, clients: &Clients) -> String {
+    let side = match holder.side {
+        Side::Read => "reader",
+        Side::Write => "writer",
+        _ => "holder",
+    };
+    let mut line = format!(
+        "  {side:<8}  {}  x{}  ({})",
+        holder.field,
+        holder.count,
+        who(holder.owner.as_ref(), clients)
+    );
+    if holder.side == Side::Read {
+        let leases: Vec<String> = holder
+            .read_leases
+            .iter()
+            .enumerate()
+            .map(|(i, l)| match l {
+                Some(l) => format!("#{} {}", i + 1, human_duration(*l)),
+                None => format!("#{} gone", i + 1),
+            })
+            .collect();
+        line.push_str(&format!("\n            hold leases: {}", leases.join(", ")));
+    }
+    line
+}
+
+fn state_text(state: &LockState) -> String {
+    match &state.mode {
+        HoldMode::Free if state.queue_len > 0 => "free, with waiters queued".into(),
+        HoldMode::Free => "free".into(),
+        HoldMode::Exclusive if state.queue_len > 0 => "held (fair lock)".into(),
+        HoldMode::Exclusive => {
+            "held (exclusive: a lock, fenced, spin, non-reentrant or fair lock)".into()
+        }
+        HoldMode::Read => "read-locked (read-write lock)".into(),
+        HoldMode::Write => "write-locked (read-write lock)".into(),
+        HoldMode::NotALock(why) => format!("not a lock: {why}"),
+        _ => "unknown".into(),
+    }
+}
+
+/// Prints the state for people, or as JSON.
+pub(crate) fn print_state(state: &LockState, clients: &Clients, json: bool) {
+    if json {
+        return print_json(&state_json(state, clients));
+    }
+    let now = SystemTime::now();
+    println!("lock      {}   (key {})", state.name, state.key);
+    println!("state     {}", state_text(state));
+    if let Some(ttl) = state.ttl {
+        println!("ttl       {}", human_duration(ttl));
+    }
+    for holder in &state.holders {
+        println!("{}", holder_line(holder, clients));
+    }
+    if state.queue_len > 0 {
+        println!("queue     {} waiting, head first", state.queue_len);
+        for (i, waiter) in state.queue.iter().enumerate() {
+            let deadline = match waiter.deadline {
+                Some(at) => match at.duration_since(now) {
+                    Ok(left) => format!("deadline in {}", human_duration(left)),
+                    Err(_) => "deadline passed: dropped by the next fair script".into(),
+                },
+                None => "no deadline".into(),
+            };
+            println!(
+                "  {:>3}. {}  {deadline}  ({})",
+                i + 1,
+                waiter.field,
+                who(waiter.owner.as_ref(), clients)
+            );
+        }
+    }
+    if let Some(token) = state.fence_token {
+        println!("token     {token}  (a fenced lock was taken under this name)");
+    }
+    for channel in &state.channels {
+        if channel.listeners > 0 {
+            println!(
+                "listening {}  {} connection(s)",
+                channel.channel, channel.listeners
+            );
+        }
+    }
+    if state.channels.iter().all(|c| c.listeners == 0) {
+        println!("listening nobody is subscribed to the lock's channels");
+    }
+}
+
+/// Prints one line a lock, or a JSON object with every lock.
+pub(crate) fn print_list(found: &FoundLocks, clients: &Clients, json: bool) {
+    if json {
+        let locks: Vec<Value> = found.locks.iter().map(|s| state_json(s, clients)).collect();
+        return print_json(&json!({"locks": locks, "incomplete": found.incomplete}));
+    }
+    for state in &found.locks {
+        let ttl = state.ttl.map_or("-".into(), human_duration);
+        let holders = state.holders.len();
+        println!(
+            "{}\t{}\tholders={holders}\tqueued={}\tttl={ttl}",
+            state.name,
+            mode_name(&state.mode),
+            state.queue_len
+        );
+    }
+}

@@ -1,0 +1,183 @@
+//! The blocking API from plain threads, without a runtime of the test's own.
+
+mod support;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Barrier};
+use std::time::{Duration, Instant};
+
+use redisson_lock::blocking::LockClient;
+use redisson_lock::{Error, Lease, MultiMember};
+use support::*;
+
+/// A blocking client of `server` with a short watchdog, as the async tests' `client`.
+fn blocking_client(server: &RedisServer) -> LockClient {
+    let builder = redisson_lock::LockClient::builder()
+        .url(&server.url())
+        .watchdog_timeout(Duration::from_millis(900))
+        .command_timeout(Duration::from_secs(2));
+    LockClient::build(builder).unwrap()
+}
+
+#[test]
+fn threads_exclude_each_other_and_a_waiter_gets_the_lock_on_release() {
+    let server = RedisServer::start();
+    let client = blocking_client(&server);
+    let lock = client.lock("blocking:mutex").unwrap();
+    let (me, other) = (client.new_owner(), client.new_owner());
+
+    let guard = lock.lock(&me).unwrap();
+    let again = lock.lock(&me).unwrap(); // re-entry
+    assert_eq!(lock.hold_count(&me).unwrap(), 2);
+    assert!(lock.try_lock(&other).unwrap().is_none());
+
+    let started = Arc::new(Barrier::new(2));
+    let waiter = std::thread::spawn({
+        let (lock, started) = (lock.clone(), started.clone());
+        move || {
+            started.wait();
+            let guard = lock.try_lock_for(&other, Duration::from_secs(30)).unwrap();
+            guard
+                .expect("woken when the holder released")
+                .unlock()
+                .unwrap();
+        }
+    });
+    started.wait();
+    subscribed(&server, &lock_channel("blocking:mutex")).block();
+    again.unlock().unwrap();
+    guard.unlock().unwrap();
+    waiter.join().unwrap();
+    assert!(!lock.is_locked().unwrap());
+    client.shutdown();
+}
+
+/// Blocks on an async helper of `support` with a runtime of its own.
+trait Block: std::future::Future + Sized {
+    fn block(self) -> Self::Output {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(self)
+    }
+}
+
+impl<F: std::future::Future> Block for F {}
+
+#[test]
+fn a_dropped_guard_is_released_before_drop_returns_even_on_another_thread() {
+    let server = RedisServer::start();
+    let client = blocking_client(&server);
+    let lock = client.lock("blocking:drop").unwrap();
+    let (me, other) = (client.new_owner(), client.new_owner());
+    let guard = lock.lock(&me).unwrap();
+    std::thread::spawn(move || drop(guard)).join().unwrap();
+    assert!(!lock.is_locked().unwrap(), "released when drop returned");
+    let guard = lock.try_lock(&other).unwrap().expect("free at once");
+    drop(guard);
+    assert_eq!(pttl(&server, "blocking:drop"), -2);
+}
+
+#[test]
+fn a_lost_lease_is_visible() {
+    let server = RedisServer::start();
+    let client = blocking_client(&server);
+    let me = client.new_owner();
+
+    // Force-unlocked by someone else: the watchdog's next renewal finds it gone.
+    let lock = client.lock("blocking:lost").unwrap();
+    let guard = lock.lock(&me).unwrap();
+    assert!(!guard.is_lease_lost());
+    assert!(!guard.wait_lease_lost(Duration::from_millis(50)));
+    server.command(&["DEL", "blocking:lost"]);
+    assert!(guard.wait_lease_lost(Duration::from_secs(10)));
+    assert!(guard.is_lease_lost());
+    assert!(matches!(guard.unlock(), Err(Error::NotHeld { .. })));
+
+    // A fixed lease ends.
+    let short = lock
+        .clone()
+        .with_lease(Lease::fixed(Duration::from_millis(200)).unwrap());
+    let guard = short.lock(&me).unwrap();
+    let start = Instant::now();
+    assert!(guard.wait_lease_lost(Duration::from_secs(10)));
+    assert!(start.elapsed() >= Duration::from_millis(150));
+}
+
+#[test]
+fn java_holds_are_respected_and_every_kind_works() {
+    let server = RedisServer::start();
+    let client = blocking_client(&server);
+    let me = client.new_owner();
+
+    server.command(&["HSET", "blocking:java", JAVA_OWNER, "1"]);
+    server.command(&["PEXPIRE", "blocking:java", "30000"]);
+    let java_held = client.lock("blocking:java").unwrap();
+    assert!(java_held.try_lock(&me).unwrap().is_none());
+    java_held.unlock(&java_lock_owner(57)).unwrap();
+    java_held.try_lock(&me).unwrap().unwrap().unlock().unwrap();
+
+    let fenced = client.fenced_lock("blocking:fenced").unwrap();
+    let first = fenced.lock(&me).unwrap().token();
+    let second = fenced.lock(&me).unwrap();
+    assert!(second.token() > first);
+    drop(second);
+
+    let rw = client.read_write_lock("blocking:rw").unwrap();
+    let other = client.new_owner();
+    let reading = rw.read(&me).unwrap();
+    let also = rw.try_read(&other).unwrap().expect("readers share");
+    let writer = client.new_owner();
+    assert!(rw
+        .try_write_for(&writer, Duration::from_millis(50))
+        .unwrap()
+        .is_none());
+    drop((reading, also));
+    let writing = rw.write(&other).unwrap();
+    assert_eq!(rw.write_hold_count(&other).unwrap(), 1);
+    writing.unlock().unwrap();
+
+    let fair = client.fair_lock("blocking:fair").unwrap();
+    let spin = client.spin_lock("blocking:spin").unwrap();
+    let multi = client
+        .multi_lock([MultiMember::from(&fair), MultiMember::from(&spin)])
+        .unwrap();
+    let both = multi.lock(&me).unwrap();
+    assert_eq!(both.held(), 2);
+    assert!(fair.is_locked().unwrap() && spin.is_locked().unwrap());
+    both.unlock().unwrap();
+    assert!(!fair.is_locked().unwrap() && !spin.is_locked().unwrap());
+
+    let once = client.non_reentrant_lock("blocking:once").unwrap();
+    let held = once.lock(&me).unwrap();
+    assert!(matches!(once.try_lock(&me), Err(Error::WouldDeadlock(_))));
+    held.unlock().unwrap();
+    client.shutdown();
+}
+
+#[test]
+fn guards_hold_across_threads_while_others_contend() {
+    let server = RedisServer::start();
+    let client = blocking_client(&server);
+    let lock = client.lock("blocking:contended").unwrap();
+    let inside = Arc::new(AtomicBool::new(false));
+    let threads: Vec<_> = (0..4)
+        .map(|_| {
+            let (lock, owner, inside) = (lock.clone(), client.new_owner(), inside.clone());
+            std::thread::spawn(move || {
+                for _ in 0..5 {
+                    let guard = lock.lock(&owner).unwrap();
+                    assert!(!inside.swap(true, Ordering::SeqCst), "two holders at once");
+                    std::thread::sleep(Duration::from_millis(2));
+                    inside.store(false, Ordering::SeqCst);
+                    guard.unlock().unwrap();
+                }
+            })
+        })
+        .collect();
+    for thread in threads {
+        thread.join().unwrap();
+    }
+    assert!(!lock.is_locked().unwrap());
+}
