@@ -14,8 +14,12 @@ use support::*;
 const BIN: &str = env!("CARGO_BIN_EXE_redisson-lock");
 
 fn command(server: &RedisServer, args: &[&str]) -> Command {
+    command_at(&server.url(), args)
+}
+
+fn command_at(url: &str, args: &[&str]) -> Command {
     let mut command = Command::new(BIN);
-    command.arg("--url").arg(server.url()).args(args);
+    command.arg("--url").arg(url).args(args);
     command.stdin(Stdio::null());
     command
 }
@@ -27,9 +31,13 @@ fn run(server: &RedisServer, args: &[&str]) -> Output {
 
 /// Runs the tool with `--json` and reads its one JSON object; also returns the exit code.
 fn run_json(server: &RedisServer, args: &[&str]) -> (Value, i32) {
+    run_json_at(&server.url(), args)
+}
+
+fn run_json_at(url: &str, args: &[&str]) -> (Value, i32) {
     let mut all = vec!["--json"];
     all.extend_from_slice(args);
-    let output = run(server, &all);
+    let output = command_at(url, &all).output().unwrap();
     let text = String::from_utf8(output.stdout).unwrap();
     let value = serde_json::from_str(text.trim())
         .unwrap_or_else(|e| panic!("{args:?} printed no JSON ({e}): {text:?}"));
@@ -473,4 +481,31 @@ fn bad_arguments_and_an_unreachable_server_have_their_codes() {
         .output()
         .unwrap();
     assert_eq!(output.status.code(), Some(3));
+}
+
+/// `inspect`, `list` and `force-unlock` through a Cluster URL and a Sentinel URL, on a Java
+/// hold written on the master that serves it.
+#[test]
+fn the_verbs_work_through_cluster_and_sentinel_urls() {
+    let cluster = support::topology::Cluster::start();
+    let sentinels = support::topology::SentinelSetup::start();
+    let deployments = [
+        (cluster.url(), cluster.master_of("{ops}:job")),
+        (sentinels.url(), &sentinels.master),
+    ];
+    for (url, master) in deployments {
+        java_hold(master, "{ops}:job", 57, 2);
+        let (shown, code) = run_json_at(&url, &["inspect", "{ops}:job"]);
+        assert_eq!(code, 0, "{url}: {shown}");
+        assert_eq!(shown["holders"][0]["field"], JAVA_OWNER, "{url}: {shown}");
+        assert_eq!(shown["holders"][0]["count"], 2, "{url}: {shown}");
+
+        let (found, code) = run_json_at(&url, &["list", "{ops}:*"]);
+        assert_eq!(code, 0, "{url}: {found}");
+        assert_eq!(found["locks"][0]["name"], "{ops}:job", "{url}: {found}");
+
+        let (_, code) = run_json_at(&url, &["force-unlock", "--yes", "{ops}:job"]);
+        assert_eq!(code, 0, "{url}");
+        assert_eq!(master.command(&["EXISTS", "{ops}:job"]), "0", "{url}");
+    }
 }
