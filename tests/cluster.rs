@@ -94,46 +94,11 @@ async fn every_kind_wakes_a_waiter_in_another_client() {
     let cluster = shared_cluster();
     let holder = cluster_client(&cluster, PubSubMode::Auto).await;
     let waiter = cluster_client(&cluster, PubSubMode::Auto).await;
-    let (me, other) = (holder.new_owner(), waiter.new_owner());
-
-    let lock = holder.lock("wake-plain").unwrap();
-    let guard = lock.lock(&me).await.unwrap();
-    let waiting = tokio::spawn(waiter.lock("wake-plain").unwrap().lock(&other));
-    sharded_subscribed(&cluster, &lock_channel("wake-plain")).await;
-    guard.unlock().await.unwrap();
-    woken_and_released("plain waiter", waiting).await;
-
-    let fenced = holder.fenced_lock("wake-fenced").unwrap();
-    let guard = fenced.lock(&me).await.unwrap();
-    let waiting = tokio::spawn(waiter.fenced_lock("wake-fenced").unwrap().lock(&other));
-    sharded_subscribed(&cluster, &lock_channel("wake-fenced")).await;
-    let token = guard.token();
-    guard.unlock().await.unwrap();
-    let woken = within(WAKE, "fenced waiter", waiting)
-        .await
-        .unwrap()
-        .unwrap();
-    assert!(woken.token() > token);
-    woken.unlock().await.unwrap();
-
-    let fair = holder.fair_lock("wake-fair").unwrap();
-    let guard = fair.lock(&me).await.unwrap();
-    let waiting = tokio::spawn(waiter.fair_lock("wake-fair").unwrap().lock(&other));
-    // A fair waiter listens on its own channel.
-    let field = format!("{}:{}", other.client_id(), other.id());
-    let channel = format!("{}:{field}", lock_channel("wake-fair"));
-    sharded_subscribed(&cluster, &channel).await;
-    guard.unlock().await.unwrap();
-    woken_and_released("fair waiter", waiting).await;
-
-    let rw = holder.read_write_lock("wake-rw").unwrap();
-    let writing = rw.write(&me).await.unwrap();
-    let reader = waiter.read_write_lock("wake-rw").unwrap();
-    let reading = tokio::spawn(async move { reader.read(&other).await });
-    sharded_subscribed(&cluster, "redisson_rwlock:{wake-rw}").await;
-    writing.unlock().await.unwrap();
-    let read = within(WAKE, "reader", reading).await.unwrap().unwrap();
-    read.unlock().await.unwrap();
+    every_kind_wakes(&holder, &waiter, "wake", |channel| {
+        let cluster = cluster.clone();
+        async move { sharded_subscribed(&cluster, &channel).await }
+    })
+    .await;
 }
 
 /// In `Auto`, a waiter hears a Java client of either sharded mode: one that publishes with

@@ -86,6 +86,16 @@ async fn sentinel_clients_exclude_and_wake_each_other_through_a_failover() {
     let total: i64 = by_url.redis().get(counter).await.unwrap();
     assert_eq!(total, 2 * 3 * 20);
 
+    // Every kind that waits by message wakes a waiter in the other client.
+    let master = server(&setup, setup.master_port());
+    every_kind_wakes(
+        &by_builder,
+        &by_url,
+        "sentinel-wake",
+        |channel| async move { subscribed(master, &channel).await },
+    )
+    .await;
+
     // A hold taken by one client (renewed every 3.3 s) and a waiter in the other.
     let name = "sentinel-failover";
     let (holder, waiter) = (by_builder.new_owner(), by_url.new_owner());

@@ -236,3 +236,72 @@ pub fn lua(name: &str) -> String {
         .map(|file| read(format!("{root}/lua/{file}.lua")))
         .collect()
 }
+
+/// For each kind that waits by message (plain, fenced, fair, read-write): `waiter` waits on a
+/// lock `holder` holds, and wakes on the release. `subscribed(channel)` returns once the
+/// deployment reports a subscriber of `channel`. Names start with `prefix`.
+pub async fn every_kind_wakes<F, Fut>(
+    holder: &LockClient,
+    waiter: &LockClient,
+    prefix: &str,
+    subscribed: F,
+) where
+    F: Fn(String) -> Fut,
+    Fut: Future<Output = ()>,
+{
+    let (me, other) = (holder.new_owner(), waiter.new_owner());
+    let name = |kind: &str| format!("{prefix}-{kind}");
+
+    let plain = name("plain");
+    let guard = holder.lock(&plain).unwrap().lock(&me).await.unwrap();
+    let waiting = tokio::spawn(waiter.lock(&plain).unwrap().lock(&other));
+    subscribed(lock_channel(&plain)).await;
+    guard.unlock().await.unwrap();
+    woken_and_released("plain waiter", waiting).await;
+
+    let fenced = name("fenced");
+    let guard = holder
+        .fenced_lock(&fenced)
+        .unwrap()
+        .lock(&me)
+        .await
+        .unwrap();
+    let waiting = tokio::spawn(waiter.fenced_lock(&fenced).unwrap().lock(&other));
+    subscribed(lock_channel(&fenced)).await;
+    let token = guard.token();
+    guard.unlock().await.unwrap();
+    let woken = within(WAKE, "fenced waiter", waiting)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(woken.token() > token);
+    woken.unlock().await.unwrap();
+
+    let fair = name("fair");
+    let guard = holder.fair_lock(&fair).unwrap().lock(&me).await.unwrap();
+    let waiting = tokio::spawn(waiter.fair_lock(&fair).unwrap().lock(&other));
+    // A fair waiter listens on its own channel.
+    subscribed(format!(
+        "{}:{}:{}",
+        lock_channel(&fair),
+        other.client_id(),
+        other.id()
+    ))
+    .await;
+    guard.unlock().await.unwrap();
+    woken_and_released("fair waiter", waiting).await;
+
+    let rw = name("rw");
+    let writing = holder
+        .read_write_lock(&rw)
+        .unwrap()
+        .write(&me)
+        .await
+        .unwrap();
+    let reader = waiter.read_write_lock(&rw).unwrap();
+    let reading = tokio::spawn(async move { reader.read(&other).await });
+    subscribed(format!("redisson_rwlock:{{{rw}}}")).await;
+    writing.unlock().await.unwrap();
+    let read = within(WAKE, "reader", reading).await.unwrap().unwrap();
+    read.unlock().await.unwrap();
+}
