@@ -70,9 +70,10 @@ async fn storm(
     let mut tasks = Vec::new();
     for (i, client) in clients.iter().enumerate() {
         for task in 0..TASKS {
-            let work = workload
-                .clone()
-                .task(client.clone(), i * TASKS + task, until, tally.clone());
+            let work =
+                workload
+                    .clone()
+                    .task(client.clone(), i * TASKS + task, until, tally.clone());
             tasks.push(tokio::spawn(work));
         }
     }
@@ -108,10 +109,8 @@ async fn repeatedly(until: Instant, every: Duration, mut fault: impl FnMut(u64))
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "a child process of another test"]
 async fn workload_process() {
-    let (Ok(url), Ok(prefix)) = (
-        std::env::var("FAULTS_URL"),
-        std::env::var("FAULTS_PREFIX"),
-    ) else {
+    let (Ok(url), Ok(prefix)) = (std::env::var("FAULTS_URL"), std::env::var("FAULTS_PREFIX"))
+    else {
         return;
     };
     let client = workload_client_waiting(&url, KILLED_WAIT).await;
@@ -119,7 +118,9 @@ async fn workload_process() {
     let forever = Instant::now() + Duration::from_secs(3600);
     let tally = Arc::new(Tally::default());
     for task in 0..TASKS {
-        let work = workload.clone().task(client.clone(), task, forever, tally.clone());
+        let work = workload
+            .clone()
+            .task(client.clone(), task, forever, tally.clone());
         tokio::spawn(work);
     }
     println!("READY");
@@ -188,7 +189,10 @@ async fn stopped_holder_process() {
     let late = write_resource(&client, "stopped", fenced("late", token)).await;
     println!("LOST; late write accepted: {}", late.unwrap());
     let unlocked = guard.unlock().await;
-    println!("UNLOCK not held: {}", matches!(unlocked, Err(Error::NotHeld { .. })));
+    println!(
+        "UNLOCK not held: {}",
+        matches!(unlocked, Err(Error::NotHeld { .. }))
+    );
 }
 
 #[tokio::test]
@@ -197,7 +201,10 @@ async fn a_holder_stopped_past_its_lease_knows_it_lost_on_waking_and_its_late_wr
     let mut child = TestProcess::spawn("stopped_holder_process", &[("FAULTS_URL", &server.url())]);
     let first: u64 = child.expect("HELD ").await.parse().unwrap();
     // Right after a renewal, so that the stop outlasts the 900 ms lease by a known margin.
-    eventually(5 * SECOND, "a fresh renewal", || pttl(&server, "stopped") > 800).await;
+    eventually(5 * SECOND, "a fresh renewal", || {
+        pttl(&server, "stopped") > 800
+    })
+    .await;
     child.signal("STOP");
 
     let c = client(&server).await;
@@ -215,7 +222,10 @@ async fn a_holder_stopped_past_its_lease_knows_it_lost_on_waking_and_its_late_wr
     // The first thing the woken holder learns is that its lease is gone: it makes no write
     // it believes protected.
     let woke = loop {
-        let line = child.next_line(30 * SECOND).await.expect("the holder said nothing");
+        let line = child
+            .next_line(30 * SECOND)
+            .await
+            .expect("the holder said nothing");
         if line.contains("LOST") || line.contains("REFUSED") {
             break line;
         }
@@ -270,7 +280,10 @@ async fn holds_and_queues_survive_a_crash_of_a_server_with_persistence() {
     }
     assert!(!token.is_lease_lost());
     assert!(!waiter.is_finished() && !queued_first.is_finished());
-    assert_eq!(queued(&server, "durable-fair"), [first.to_string(), second.to_string()]);
+    assert_eq!(
+        queued(&server, "durable-fair"),
+        [first.to_string(), second.to_string()]
+    );
 
     // The waiters are woken by the unlock messages, in queue order for the fair lock.
     holder.unlock().await.unwrap();
@@ -296,7 +309,13 @@ async fn without_persistence_a_restart_loses_every_kinds_holds_and_their_waiters
     let fair_holder = fair.lock(&c.new_owner()).await.unwrap();
     let writer = rw.write(&c.new_owner()).await.unwrap();
     for _ in 0..2 {
-        fenced.lock(&c.new_owner()).await.unwrap().unlock().await.unwrap();
+        fenced
+            .lock(&c.new_owner())
+            .await
+            .unwrap()
+            .unlock()
+            .await
+            .unwrap();
     }
     let token_holder = fenced.lock(&c.new_owner()).await.unwrap();
     let long = fixed(60_000);
@@ -317,7 +336,9 @@ async fn without_persistence_a_restart_loses_every_kinds_holds_and_their_waiters
         token_holder.lease_lost().await;
     })
     .await;
-    let queued_again = within(10 * SECOND, "the fair waiter", fair_waiter).await.unwrap();
+    let queued_again = within(10 * SECOND, "the fair waiter", fair_waiter)
+        .await
+        .unwrap();
     let read = within(10 * SECOND, "the reader", reader).await.unwrap();
     queued_again.unwrap().unlock().await.unwrap();
     read.unwrap().unlock().await.unwrap();
@@ -338,7 +359,12 @@ async fn a_server_asleep_past_the_command_timeout_times_calls_out_and_duplicates
     })
     .await;
     let b = client_with(&server, |b| b.command_timeout(timeout)).await;
-    let holder = a.lock("sleepy").unwrap().lock(&a.new_owner()).await.unwrap();
+    let holder = a
+        .lock("sleepy")
+        .unwrap()
+        .lock(&a.new_owner())
+        .await
+        .unwrap();
 
     let asleep = server.command_on_thread(&["DEBUG", "SLEEP", "2.5"]);
     within(5 * SECOND, "the server falling asleep", async {
@@ -351,7 +377,10 @@ async fn a_server_asleep_past_the_command_timeout_times_calls_out_and_duplicates
     for name in ["sleepy", "sleepy-free"] {
         let started = Instant::now();
         let result = b.lock(name).unwrap().try_lock(&b.new_owner()).await;
-        assert!(matches!(&result, Err(e @ Error::Redis(_)) if e.is_retryable()), "{result:?}");
+        assert!(
+            matches!(&result, Err(e @ Error::Redis(_)) if e.is_retryable()),
+            "{result:?}"
+        );
         assert!(started.elapsed() < 2 * SECOND, "{:?}", started.elapsed());
     }
     tokio::task::spawn_blocking(move || asleep.join().unwrap().unwrap())
@@ -386,7 +415,12 @@ async fn a_waiter_is_woken_when_its_subscriber_connection_was_killed_as_the_lock
     let c = client(&server).await;
     let lock = c.lock("resubscribed").unwrap();
     // A fixed 60 s lease: nothing but the client's own recovery wakes the waiter in time.
-    let holder = lock.clone().with_lease(fixed(60_000)).lock(&c.new_owner()).await.unwrap();
+    let holder = lock
+        .clone()
+        .with_lease(fixed(60_000))
+        .lock(&c.new_owner())
+        .await
+        .unwrap();
     let waiter = tokio::spawn(lock.lock(&c.new_owner()));
     subscribed(&server, &lock_channel("resubscribed")).await;
     server.command(&["CLIENT", "KILL", "TYPE", "pubsub"]);
@@ -404,7 +438,12 @@ async fn holders_and_waiters_ride_out_their_connections_being_killed_again_and_a
     let short = client(&server).await; // 900 ms lease, renewed every 300 ms
     let lock = c.lock("killed-connections").unwrap();
     let holder = lock.lock(&c.new_owner()).await.unwrap();
-    let renewed = short.lock("renewed").unwrap().lock(&short.new_owner()).await.unwrap();
+    let renewed = short
+        .lock("renewed")
+        .unwrap()
+        .lock(&short.new_owner())
+        .await
+        .unwrap();
     let waiter = tokio::spawn(lock.lock(&c.new_owner()));
     subscribed(&server, &lock_channel("killed-connections")).await;
     for kind in ["normal", "pubsub", "normal", "pubsub"] {
@@ -476,8 +515,15 @@ async fn a_release_whose_reply_is_lost_is_resent_and_releases_once() {
     proxy.drop_connections();
     proxy.set(Net::Clear);
     // Resent under the same request id: the latch replays the first outcome.
-    within(10 * SECOND, "the resent release", release).await.unwrap().unwrap();
-    assert_eq!(server.command(&["HGET", "latched", &field]), "1", "released once");
+    within(10 * SECOND, "the resent release", release)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        server.command(&["HGET", "latched", &field]),
+        "1",
+        "released once"
+    );
     outer.unlock().await.unwrap();
     assert_eq!(server.command(&["EXISTS", "latched"]), "0");
 }
@@ -500,7 +546,9 @@ async fn an_acquisition_whose_reply_is_lost_fails_and_its_hold_ends_with_its_lea
     proxy.drop_connections();
     proxy.set(Net::Clear);
     // The caller learns the call failed, not whether it took the hold; it never resends it.
-    let result = within(10 * SECOND, "the acquisition", acquiring).await.unwrap();
+    let result = within(10 * SECOND, "the acquisition", acquiring)
+        .await
+        .unwrap();
     assert!(matches!(&result, Err(e) if e.is_retryable()), "{result:?}");
     assert_eq!(c.renewed_holds(), 0);
     // Nobody renews the hold it took: it ends within its 900 ms lease, and others get in.
@@ -541,7 +589,9 @@ async fn connections_dropped_again_and_again_keep_every_invariant() {
     ];
     let run = Duration::from_secs(5);
     let until = Instant::now() + run;
-    let drops = repeatedly(until, Duration::from_millis(400), |_| proxy.drop_connections());
+    let drops = repeatedly(until, Duration::from_millis(400), |_| {
+        proxy.drop_connections()
+    });
     storm(&server, &workload, &clients, run, async {
         assert!(drops.await >= 5);
     })
@@ -556,8 +606,16 @@ async fn cut_off_by_a_black_hole_a_holder_knows_it_lost_before_another_can_take_
     // network goes dark fails only after the key expired on the server.
     let timeout = Duration::from_millis(1500);
     let cut = client_with(&server, |b| b.url(&proxy.url()).command_timeout(timeout)).await;
-    let holder = cut.lock("dark").unwrap().lock(&cut.new_owner()).await.unwrap();
-    eventually(5 * SECOND, "a fresh renewal", || pttl(&server, "dark") > 800).await;
+    let holder = cut
+        .lock("dark")
+        .unwrap()
+        .lock(&cut.new_owner())
+        .await
+        .unwrap();
+    eventually(5 * SECOND, "a fresh renewal", || {
+        pttl(&server, "dark") > 800
+    })
+    .await;
     proxy.set(Net::BlackHole);
 
     // Another client, with a working network, polls for the lock and takes it the moment
@@ -566,20 +624,40 @@ async fn cut_off_by_a_black_hole_a_holder_knows_it_lost_before_another_can_take_
     let polling = other
         .lock("dark")
         .unwrap()
-        .with_wait_strategy(WaitStrategy::Spin(Backoff::constant(Duration::from_millis(1))));
-    let taken = within(5 * SECOND, "the lock after the lease", polling.lock(&other.new_owner()))
-        .await
-        .unwrap();
-    assert!(holder.is_lease_lost(), "another owner took the lock while the holder claimed it");
+        .with_wait_strategy(WaitStrategy::Spin(Backoff::constant(
+            Duration::from_millis(1),
+        )));
+    let taken = within(
+        5 * SECOND,
+        "the lock after the lease",
+        polling.lock(&other.new_owner()),
+    )
+    .await
+    .unwrap();
+    assert!(
+        holder.is_lease_lost(),
+        "another owner took the lock while the holder claimed it"
+    );
     within(SECOND, "lease_lost", holder.lease_lost()).await;
 
     // A timed wait in the dark ends near its deadline: its first attempt fails after the
     // command timeout.
     let started = Instant::now();
     let wait = Duration::from_millis(500);
-    let result = cut.lock("dark").unwrap().try_lock_for(&cut.new_owner(), wait).await;
-    assert!(matches!(&result, Ok(None) | Err(Error::Redis(_))), "{result:?}");
-    assert!(started.elapsed() < wait + 3 * timeout + 2 * SECOND, "{:?}", started.elapsed());
+    let result = cut
+        .lock("dark")
+        .unwrap()
+        .try_lock_for(&cut.new_owner(), wait)
+        .await;
+    assert!(
+        matches!(&result, Ok(None) | Err(Error::Redis(_))),
+        "{result:?}"
+    );
+    assert!(
+        started.elapsed() < wait + 3 * timeout + 2 * SECOND,
+        "{:?}",
+        started.elapsed()
+    );
 
     // Once the network heals, the client works again, and the lost guard releases nothing.
     proxy.set(Net::Clear);
@@ -619,7 +697,10 @@ async fn half_open_connections_are_replaced_and_a_waiter_still_acquires() {
     holder.unlock().await.unwrap();
     // The unlock message went nowhere; the waiter looks again when the lease it was told of
     // would have ended, on a connection made anew.
-    let guard = within(3 * SECOND + WAKE, "the waiter", waiter).await.unwrap().unwrap();
+    let guard = within(3 * SECOND + WAKE, "the waiter", waiter)
+        .await
+        .unwrap()
+        .unwrap();
     guard.unlock().await.unwrap();
 
     // A client whose connections go half-open while it is idle: the first calls time out,
