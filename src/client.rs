@@ -377,6 +377,12 @@ impl LockClientBuilder {
                 .with_connection_config(|conn| {
                     conn.connection_timeout = command_timeout;
                     conn.internal_command_timeout = command_timeout;
+                    // A connection that stops answering (a half-open one: the server or a
+                    // middlebox dropped it without telling us) is closed and made again;
+                    // otherwise every later command on it would time out, for good.
+                    conn.unresponsive.max_timeout = Some(command_timeout);
+                    conn.unresponsive.interval =
+                        (command_timeout / 4).max(Duration::from_millis(2));
                 });
         };
         let (redis, subscriber, owns_redis) = match self.source {

@@ -119,6 +119,8 @@ pub(crate) fn is_transient(error: &RedisError) -> bool {
             .any(|prefix| details.starts_with(prefix))
                 || details.contains("Too many failed write attempts")
                 || details.contains("Connection closed")
+                // fred between a dropped connection and its replacement.
+                || details.contains("Failed to route command")
         }
     }
 }
@@ -155,6 +157,8 @@ mod tests {
         let loading = RedisError::new(ErrorKind::Unknown, "LOADING Redis is loading the dataset");
         assert!(Error::Redis(loading).is_retryable());
         assert!(Error::Redis(RedisError::new(ErrorKind::IO, "reset")).is_retryable());
+        let reconnecting = RedisError::new(ErrorKind::Unknown, "Failed to route command.");
+        assert!(Error::Redis(reconnecting).is_retryable());
         assert!(!Error::Closed.is_retryable());
     }
 }
