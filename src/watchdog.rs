@@ -374,10 +374,14 @@ impl Watchdog {
         self.wake.notify_one();
     }
 
-    /// How many holds are being renewed.
+    /// How many holds are being renewed (a lease that ran out is not, even before the
+    /// renewal task has dropped it).
     pub(crate) fn renewed(&self) -> usize {
         let registry = self.registry.lock();
-        registry.holds.values().filter(|e| e.renewed > 0).count()
+        let now = Instant::now();
+        (registry.holds.values())
+            .filter(|e| e.renewed > 0 && e.standing.borrow().holds_at(now))
+            .count()
     }
 
     /// The renewal loop; returns when the client shuts down.
@@ -465,16 +469,15 @@ impl Watchdog {
                     for ((hold, id), flag) in chunk.iter().zip(flags) {
                         let renewed = matches!(flag, Value::Integer(1));
                         match registry.holds.get_mut(hold) {
-                            Some(entry) if entry.id == *id && renewed => {
-                                if !entry.extend(now + self.timeout) {
+                            Some(entry) if entry.id == *id => {
+                                if !renewed {
+                                    tracing::warn!(key = %hold.key, field = %hold.field, "hold lost: it no longer exists in Redis");
+                                    entry.lose();
+                                    registry.holds.remove(hold);
+                                } else if !entry.extend(now + self.timeout) {
                                     tracing::warn!(key = %hold.key, field = %hold.field, "hold lost: its renewal was answered after its lease ran out");
                                     registry.holds.remove(hold);
                                 }
-                            }
-                            Some(entry) if entry.id == *id => {
-                                tracing::warn!(key = %hold.key, field = %hold.field, "hold lost: it no longer exists in Redis");
-                                entry.lose();
-                                registry.holds.remove(hold);
                             }
                             _ => {}
                         }
