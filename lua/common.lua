@@ -23,3 +23,14 @@ local function add_hold(key, owner, lease, new_key)
     end
     return count
 end
+
+-- A release that publishes must be allowed to: a PUBLISH refused by the user's ACL would
+-- fail the script after it has written (the hold gone, the waiters never told). So it is
+-- refused first, with nothing written. (Scripts can ask the ACL from Redis 7.0 on; the
+-- check uses the lock's channel, so channel rules must allow the waiters' channels too.)
+local function check_may_publish(publish, channel, message)
+    if publish ~= '' and redis.acl_check_cmd and not redis.acl_check_cmd(publish, channel, message) then
+        error({err = 'NOPERM this user may not run ' .. publish .. ' on ' .. channel
+            .. ', which releasing the lock needs; nothing was written'})
+    end
+end

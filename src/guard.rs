@@ -268,8 +268,9 @@ impl LockGuard {
     /// # Errors
     /// [`Error::NotHeld`] when the hold was lost before (lease expired, force-unlocked, data
     /// lost; nothing is sent when this client already knows it); [`Error::Redis`] when Redis
-    /// could not be reached even after resending. In the error case the hold, if it still
-    /// exists, is no longer renewed and frees itself when its lease runs out.
+    /// could not be reached even after resending; [`Error::Closed`] after the client's
+    /// shutdown. In the error case the hold, if it still exists, is no longer renewed and
+    /// frees itself when its lease runs out.
     pub fn unlock(mut self) -> impl Future<Output = Result<()>> + Send + 'static {
         self.active = false;
         let release = self.release();
@@ -326,6 +327,8 @@ impl LockGuard {
     /// when the hold is already known to be lost: whatever the owner holds now is a newer
     /// hold, not this one, so nothing is sent.
     fn release(&mut self) -> Result<impl Future<Output = Result<()>> + Send + 'static> {
+        // After shutdown nothing is sent: the hold expires with its lease.
+        self.lock.engine.check_open()?;
         let not_held = |lock: &Target, owner: &LockOwner| Error::not_held(&lock.name, owner);
         let Some(Leaving {
             generation,

@@ -17,7 +17,9 @@ use std::time::{Duration, Instant};
 
 use fred::interfaces::ClientLike;
 use redisson_lock::{Backoff, Error, LockClient, WaitStrategy};
-use support::workload::{lost_updates, settle, write_resource, Tally, Totals, Workload, Write};
+use support::workload::{
+    acquire, lost_updates, settle, write_resource, Kind, Tally, Totals, Workload, Write,
+};
 use support::*;
 
 /// The wait of the workloads' timed acquisitions.
@@ -793,4 +795,332 @@ async fn a_skewed_client_clock_reorders_a_fair_queue_but_never_breaks_exclusion(
     assert_eq!(queued(&server, "skewed"), Vec::<String>::new());
     assert_eq!(server.command(&["HLEN", "skewed"]), "1");
     holder.unlock().await.unwrap();
+}
+
+// ---- Bad input -------------------------------------------------------------------------
+
+/// One attempt at the lock `name` of every kind of the workload, for `owner`.
+async fn attempts(c: &LockClient, name: &str) -> Vec<(Kind, redisson_lock::Result<bool>)> {
+    let mut results = Vec::new();
+    for kind in Kind::ALL {
+        let owner = c.new_owner();
+        let result = match acquire(c, &owner, kind, name, Some(Duration::ZERO)).await {
+            Ok(Some(held)) => held.unlock().await.map(|()| true),
+            Ok(None) => Ok(false),
+            Err(error) => Err(error),
+        };
+        results.push((kind, result));
+    }
+    results
+}
+
+#[tokio::test]
+async fn a_name_longer_than_the_server_takes_fails_clearly_and_writes_nothing() {
+    // The server's limit on one argument, at its lowest: 1 MiB.
+    let server = RedisServer::start_with_args(&["--proto-max-bulk-len", "1mb"]);
+    let c = client(&server).await;
+    let name = "n".repeat(2 << 20);
+    // The server refuses the argument and closes the connection: the first attempt hears
+    // why, one sent on that connection meanwhile hears of the reset.
+    for (kind, result) in attempts(&c, &name).await {
+        match result {
+            Err(Error::Redis(error)) => assert!(
+                error.details().contains("invalid bulk length")
+                    || error.kind() == &fred::error::ErrorKind::IO,
+                "{kind:?}: {error}"
+            ),
+            other => panic!("{kind:?}: {other:?}"),
+        }
+    }
+    assert_eq!(server.command(&["DBSIZE"]), "0");
+    // The server closed the connection over it; the client made a new one.
+    let guard = c.lock("next").unwrap().lock(&c.new_owner()).await.unwrap();
+    guard.unlock().await.unwrap();
+}
+
+#[tokio::test]
+async fn names_with_braces_and_control_bytes_lock_exclude_and_free_like_any_other() {
+    let server = RedisServer::start();
+    let c = client(&server).await;
+    let names = [
+        "{",
+        "}",
+        "{}",
+        "a{b}c",
+        "{{a}}",
+        "\0\u{1}\u{7f}",
+        "\r\n",
+        " ",
+        "é✓",
+    ];
+    for name in names {
+        for kind in Kind::ALL {
+            let (holder, other) = (c.new_owner(), c.new_owner());
+            let held = acquire(&c, &holder, kind, name, None)
+                .await
+                .unwrap()
+                .unwrap();
+            let second = acquire(&c, &other, kind, name, Some(Duration::ZERO))
+                .await
+                .unwrap();
+            // Only readers share.
+            assert_eq!(second.is_some(), kind == Kind::Read, "{name:?} {kind:?}");
+            if let Some(second) = second {
+                second.unlock().await.unwrap();
+            }
+            assert_eq!(server.command(&["EXISTS", name]), "1", "{name:?} {kind:?}");
+            held.unlock().await.unwrap();
+            assert_eq!(server.command(&["EXISTS", name]), "0", "{name:?} {kind:?}");
+        }
+        // Only the fenced lock's token counter stays, named by Redisson's rule.
+        let token = if name.contains('{') {
+            format!("redisson_lock_token:{name}")
+        } else {
+            format!("redisson_lock_token:{{{name}}}")
+        };
+        assert_eq!(server.command(&["GET", &token]), "1", "{name:?}");
+        server.command(&["DEL", &token]);
+        eventually(5 * SECOND, "only unlock latches left", || {
+            server.command(&["DBSIZE"]) == "0"
+        })
+        .await;
+    }
+}
+
+#[tokio::test]
+async fn keys_of_another_type_under_a_locks_names_are_refused_and_stay_untouched() {
+    let server = RedisServer::start();
+    let c = client(&server).await;
+    let wrong_type = |result: &redisson_lock::Result<bool>, name: &str| matches!(result, Err(Error::WrongType { name: n }) if n == name);
+    // Under the lock's own name: every kind refuses with WrongType.
+    let others: [&[&str]; 4] = [
+        &["RPUSH", "a-list", "x"],
+        &["SADD", "a-set", "x"],
+        &["ZADD", "a-zset", "1", "x"],
+        &["XADD", "a-stream", "*", "f", "x"],
+    ];
+    for write in others {
+        let name = write[1];
+        server.command(write);
+        for (kind, result) in attempts(&c, name).await {
+            assert!(wrong_type(&result, name), "{name} {kind:?}: {result:?}");
+        }
+    }
+    // A hash that no lock wrote counts as held by someone else: never taken, never written.
+    server.command(&["HSET", "a-hash", "field", "value"]);
+    for (kind, result) in attempts(&c, "a-hash").await {
+        assert!(matches!(result, Ok(false)), "a-hash {kind:?}: {result:?}");
+    }
+    assert_eq!(server.command(&["HGETALL", "a-hash"]), "field\nvalue");
+    assert_eq!(pttl(&server, "a-hash"), -1);
+    // Another type under the fair lock's queue, or the fenced lock's token counter.
+    server.command(&["SET", &queue_key("queue-taken"), "x"]);
+    let queue = c.fair_lock("queue-taken").unwrap();
+    let result = queue
+        .try_lock_for(&c.new_owner(), Duration::from_millis(100))
+        .await;
+    assert!(
+        matches!(&result, Err(Error::WrongType { .. })),
+        "{result:?}"
+    );
+    for (name, value) in [("token-text", "text"), ("token-float", "1.5")] {
+        server.command(&["SET", &format!("redisson_lock_token:{{{name}}}"), value]);
+        let result = c.fenced_lock(name).unwrap().try_lock(&c.new_owner()).await;
+        assert!(
+            matches!(&result, Err(Error::WrongType { .. })),
+            "{name}: {result:?}"
+        );
+    }
+    server.command(&["HSET", "redisson_lock_token:{token-hash}", "f", "1"]);
+    let result = c
+        .fenced_lock("token-hash")
+        .unwrap()
+        .try_lock(&c.new_owner())
+        .await;
+    assert!(
+        matches!(&result, Err(Error::WrongType { .. })),
+        "{result:?}"
+    );
+    // Nothing else was written anywhere.
+    assert_eq!(server.command(&["DBSIZE"]), "9");
+    assert_eq!(server.command(&["LRANGE", "a-list", "0", "-1"]), "x");
+    assert_eq!(
+        server.command(&["GET", "redisson_lock_token:{token-text}"]),
+        "text"
+    );
+}
+
+#[tokio::test]
+async fn a_guard_used_after_shutdown_is_told_the_client_is_closed() {
+    let server = RedisServer::start();
+    let c = client(&server).await;
+    let guard = c
+        .lock("closed")
+        .unwrap()
+        .lock(&c.new_owner())
+        .await
+        .unwrap();
+    c.shutdown().await;
+    assert!(guard.is_lease_lost());
+    assert!(matches!(guard.remaining_lease().await, Err(Error::Closed)));
+    assert!(matches!(guard.unlock().await, Err(Error::Closed)));
+    // As at any shutdown, the hold is left to expire with its lease.
+    assert_eq!(server.command(&["EXISTS", "closed"]), "1");
+}
+
+#[tokio::test]
+async fn a_server_that_never_answers_or_a_malformed_url_fails_the_build_clearly() {
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.port()).await;
+    proxy.set(Net::BlackHole); // accepts connections, never answers
+    let building = LockClient::builder()
+        .url(&proxy.url())
+        .command_timeout(Duration::from_millis(500))
+        .build();
+    let result = within(5 * SECOND, "the build", building).await;
+    assert!(
+        matches!(&result, Err(e @ Error::Redis(_)) if e.is_retryable()),
+        "{result:?}"
+    );
+    for url in [
+        "redis://127.0.0.1:notaport",
+        "http://127.0.0.1:6379",
+        "not a url",
+    ] {
+        let result = LockClient::builder().url(url).build().await;
+        assert!(
+            matches!(&result, Err(Error::Redis(e)) if !e.details().is_empty()),
+            "{url}: {result:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_user_refused_evalsha_or_publish_gets_a_clear_error_and_nothing_is_written() {
+    let server = RedisServer::start();
+    let user = |name: &str, refused: &str| {
+        let refused = format!("-{refused}");
+        let acl = [
+            "ACL", "SETUSER", name, "on", ">pw", "~*", "&*", "+@all", &refused,
+        ];
+        assert_eq!(server.command(&acl), "OK");
+        format!("redis://{name}:pw@127.0.0.1:{}", server.port())
+    };
+    let no_scripts = client_with(&server, |b| b.url(&user("no-scripts", "evalsha"))).await;
+    for (kind, result) in attempts(&no_scripts, "refused").await {
+        match result {
+            Err(e @ Error::Redis(_)) => {
+                assert!(
+                    e.to_string().contains("NOPERM") && !e.is_retryable(),
+                    "{kind:?}: {e}"
+                )
+            }
+            other => panic!("{kind:?}: {other:?}"),
+        }
+    }
+    assert_eq!(server.command(&["DBSIZE"]), "0");
+
+    // A user that may not publish takes locks, but its releases, which must tell the
+    // waiters, are refused before they write anything: the hold stays until its lease ends.
+    let silent = client_with(&server, |b| b.url(&user("no-publish", "publish"))).await;
+    for kind in [
+        Kind::Plain,
+        Kind::Fair,
+        Kind::Fenced,
+        Kind::Write,
+        Kind::Read,
+    ] {
+        let name = format!("unannounced-{kind:?}");
+        let owner = silent.new_owner();
+        let held = acquire(&silent, &owner, kind, &name, None)
+            .await
+            .unwrap()
+            .unwrap();
+        let before = server.command(&["HGETALL", &name]);
+        match held.unlock().await {
+            Err(e @ Error::Redis(_)) => assert!(e.to_string().contains("NOPERM"), "{kind:?}: {e}"),
+            other => panic!("{kind:?}: {other:?}"),
+        }
+        assert_eq!(server.command(&["HGETALL", &name]), before, "{kind:?}");
+        assert!(pttl(&server, &name) > 0, "{kind:?}");
+    }
+    // A spin lock's release tells nobody: it works.
+    let spin = acquire(&silent, &silent.new_owner(), Kind::Spin, "quiet", None).await;
+    spin.unwrap().unwrap().unlock().await.unwrap();
+    assert_eq!(server.command(&["EXISTS", "quiet"]), "0");
+}
+
+#[tokio::test]
+async fn waits_and_timeouts_out_of_range_are_refused_where_they_are_given() {
+    let server = RedisServer::start();
+    let c = client(&server).await;
+    let me = c.new_owner();
+    let invalid = |result: redisson_lock::Result<bool>, what: &str| {
+        assert!(
+            matches!(result, Err(Error::InvalidArgument(_))),
+            "{what}: {result:?}"
+        );
+    };
+    for kind in Kind::ALL {
+        let wait = Some(Duration::MAX);
+        let result = acquire(&c, &me, kind, "far", wait)
+            .await
+            .map(|held| held.is_some());
+        invalid(result, &format!("{kind:?}"));
+    }
+    let multi = c
+        .multi_lock([c.lock("far-a").unwrap(), c.lock("far-b").unwrap()])
+        .unwrap();
+    invalid(
+        multi
+            .try_lock_for(&me, Duration::MAX)
+            .await
+            .map(|g| g.is_some()),
+        "multi",
+    );
+    let builder = || LockClient::builder().url(&server.url());
+    for (what, built) in [
+        (
+            "fair wait 0",
+            builder().fair_wait_timeout(Duration::ZERO).build().await,
+        ),
+        (
+            "fair wait MAX",
+            builder().fair_wait_timeout(Duration::MAX).build().await,
+        ),
+        (
+            "command timeout MAX",
+            builder().command_timeout(Duration::MAX).build().await,
+        ),
+        (
+            "watchdog MAX",
+            builder().watchdog_timeout(Duration::MAX).build().await,
+        ),
+    ] {
+        invalid(built.map(|_| true), what);
+    }
+    assert_eq!(server.command(&["DBSIZE"]), "0");
+    // A zero wait is one attempt, for every kind: busy is `None` at once, not an error.
+    for kind in Kind::ALL {
+        let holder = c.new_owner();
+        let held = acquire(&c, &holder, Kind::Write, "held", None)
+            .await
+            .unwrap()
+            .unwrap();
+        let started = Instant::now();
+        let name = if matches!(kind, Kind::Write | Kind::Read) {
+            "held"
+        } else {
+            "other-held"
+        };
+        let other = acquire(&c, &holder, Kind::Plain, "other-held", None)
+            .await
+            .unwrap()
+            .unwrap();
+        let result = acquire(&c, &me, kind, name, Some(Duration::ZERO)).await;
+        assert!(matches!(result, Ok(None)), "{kind:?}");
+        assert!(started.elapsed() < SECOND);
+        held.unlock().await.unwrap();
+        other.unlock().await.unwrap();
+    }
 }

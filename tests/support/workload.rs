@@ -299,7 +299,7 @@ impl Totals {
 }
 
 /// A hold of any kind the workload takes.
-enum Held {
+pub enum Held {
     Guard(LockGuard),
     Fenced(FencedGuard),
     Read(ReadGuard),
@@ -307,7 +307,7 @@ enum Held {
 }
 
 impl Held {
-    fn is_lost(&self) -> bool {
+    pub fn is_lost(&self) -> bool {
         match self {
             Held::Guard(g) => g.is_lease_lost(),
             Held::Fenced(g) => g.is_lease_lost(),
@@ -316,14 +316,14 @@ impl Held {
         }
     }
 
-    fn token(&self) -> Option<u64> {
+    pub fn token(&self) -> Option<u64> {
         match self {
             Held::Fenced(g) => Some(g.token()),
             _ => None,
         }
     }
 
-    async fn unlock(self) -> redisson_lock::Result<()> {
+    pub async fn unlock(self) -> redisson_lock::Result<()> {
         match self {
             Held::Guard(g) => g.unlock().await,
             Held::Fenced(g) => g.unlock().await,
@@ -335,7 +335,7 @@ impl Held {
 
 /// Takes the lock `name` of `kind` for `owner`: waiting at most `wait`, or as long as it
 /// takes.
-async fn acquire(
+pub async fn acquire(
     client: &LockClient,
     owner: &LockOwner,
     kind: Kind,
