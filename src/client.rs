@@ -285,7 +285,8 @@ impl LockClientBuilder {
     /// Use clients you built and connected yourself. `subscriber` receives the unlock
     /// messages and is dedicated to this client, which closes it at shutdown; when `None`,
     /// one is made with `redis`'s configuration. Give `redis` a reconnect policy, or it will
-    /// not reconnect. `redis` stays open after [`LockClient::shutdown`]: it is yours.
+    /// not reconnect, and an unresponsive timeout (`ConnectionConfig::unresponsive`), or a
+    /// half-open connection is never replaced. `redis` stays open after [`LockClient::shutdown`]: it is yours.
     pub fn clients(mut self, redis: Client, subscriber: Option<SubscriberClient>) -> Self {
         self.source = Source::Clients(redis, subscriber);
         self

@@ -114,7 +114,9 @@ impl Engine {
         tokio::spawn(watchdog.clone().run(scripts.clone()));
         let latches = Latches::new();
         tokio::spawn(latches.clone().run(redis.clone(), shutdown_rx.clone()));
-        let pubsub = PubSub::start(subscriber, settings.flavour, shutdown_rx);
+        // The subscriber connection is checked as often as holds are renewed.
+        let heartbeat = settings.watchdog_timeout / 3;
+        let pubsub = PubSub::start(subscriber, settings.flavour, heartbeat, shutdown_rx);
         let server = format!("{:?}", redis.client_config().server);
         Arc::new(Engine {
             redis,
