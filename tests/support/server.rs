@@ -141,21 +141,23 @@ pub struct RedisServer {
 impl RedisServer {
     /// Starts a throw-away server: no RDB snapshots, no AOF.
     pub fn start() -> RedisServer {
-        Self::start_impl(false, &[])
+        Self::start_with(false, &[])
     }
 
     /// Starts a throw-away server with more `redis-server` arguments (`--name value` pairs).
     pub fn start_with_args(args: &[&str]) -> RedisServer {
-        Self::start_impl(false, args)
+        Self::start_with(false, args)
     }
 
     /// Starts a server with an always-fsynced AOF, so data survives
     /// [`restart`](Self::restart) (and even [`kill`](Self::kill) followed by a restart).
     pub fn start_with_persistence() -> RedisServer {
-        Self::start_impl(true, &[])
+        Self::start_with(true, &[])
     }
 
-    fn start_impl(persistent: bool, args: &[&str]) -> RedisServer {
+    /// Starts a server, `persistent` as [`start_with_persistence`](Self::start_with_persistence),
+    /// with more `redis-server` arguments.
+    pub fn start_with(persistent: bool, args: &[&str]) -> RedisServer {
         static COUNTER: AtomicUsize = AtomicUsize::new(0);
         let mut last_error = String::new();
         // The port is free when we pick it but may be grabbed by someone else

@@ -237,7 +237,7 @@ impl Totals {
         list(
             "errors",
             (self.errors.iter())
-                .map(|(e, n)| format!("{}:{n}", e.replace([' ', ',', ':'], "_")))
+                .map(|(e, n)| format!("{}:{n}", e.replace(' ', "+")))
                 .collect(),
         );
         list(
@@ -274,7 +274,9 @@ impl Totals {
                 "errors" => {
                     for item in items() {
                         if let Some((e, n)) = item.rsplit_once(':') {
-                            totals.errors.insert(e.to_owned(), n.parse().unwrap_or(0));
+                            totals
+                                .errors
+                                .insert(e.replace('+', " "), n.parse().unwrap_or(0));
                         }
                     }
                 }
@@ -545,7 +547,7 @@ async fn bump(
     let value: Option<i64> = match client.redis().get(&value_key).await {
         Ok(value) => value,
         Err(error) => {
-            tally.error(format!("GET: {:?}", error.kind()));
+            tally.error(redis_error("GET", &error));
             return false;
         }
     };
@@ -579,7 +581,7 @@ async fn bump(
             true
         }
         Err(error) => {
-            tally.error(format!("write: {:?}", error.kind()));
+            tally.error(redis_error("write", &error));
             false
         }
     }
@@ -591,7 +593,7 @@ async fn read_twice(client: &LockClient, name: &str, held: &Held, tally: &Tally)
     let [value_key, ..] = resource_keys(name);
     let read = || async {
         let value = client.redis().get::<Option<i64>, _>(&value_key).await;
-        value.map_err(|error| tally.error(format!("GET: {:?}", error.kind())))
+        value.map_err(|error| tally.error(redis_error("GET", &error)))
     };
     let Ok(first) = read().await else {
         return false;
@@ -608,11 +610,22 @@ async fn read_twice(client: &LockClient, name: &str, held: &Held, tally: &Tally)
     true
 }
 
+/// A fred error, as counted: its kind, and for the kind `Unknown` its message.
+fn redis_error(during: &str, error: &fred::error::Error) -> String {
+    match error.kind() {
+        fred::error::ErrorKind::Unknown => {
+            let details: String = error.details().chars().take(40).collect();
+            format!("{during}: {}", details.replace(',', ";"))
+        }
+        kind => format!("{during}: {kind:?}"),
+    }
+}
+
 /// Counts an error; the ones that point at corrupted state are violations. A refused
 /// upgrade is not one: a read hold whose reply was lost makes its owner a reader unawares.
 fn count_error(tally: &Tally, during: &str, error: &Error) {
     match error {
-        Error::Redis(e) => tally.error(format!("{during}: {:?}", e.kind())),
+        Error::Redis(e) => tally.error(redis_error(during, e)),
         Error::NotHeld { .. } => tally.error(format!("{during}: not held")),
         Error::Closed => tally.error(format!("{during}: closed")),
         Error::WouldDeadlock(_) => tally.error(format!("{during}: would deadlock")),
