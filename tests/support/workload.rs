@@ -416,6 +416,9 @@ pub struct Workload {
     pub slack: Duration,
     /// How long an untimed acquisition may take before it counts as stuck.
     pub stuck: Duration,
+    /// How long a holder works between reading its resource and writing it: the window in
+    /// which a pause or a cut makes it a late writer.
+    pub work: Duration,
 }
 
 impl Workload {
@@ -428,6 +431,7 @@ impl Workload {
             wait,
             slack,
             stuck: Duration::from_secs(60),
+            work: Duration::from_millis(2),
         }
     }
 
@@ -515,7 +519,7 @@ impl Workload {
         let worked = if kind == Kind::Read {
             read_twice(client, name, &held, tally).await
         } else {
-            bump(client, owner, kind, name, &held, tally).await
+            bump(client, owner, kind, name, &held, self.work, tally).await
         };
         match held.unlock().await {
             Ok(()) => worked,
@@ -541,6 +545,7 @@ async fn bump(
     kind: Kind,
     name: &str,
     held: &Held,
+    work: Duration,
     tally: &Tally,
 ) -> bool {
     let [value_key, ..] = resource_keys(name);
@@ -551,8 +556,8 @@ async fn bump(
             return false;
         }
     };
-    // Widen the window in which a second holder would read the same value.
-    tokio::task::yield_now().await;
+    // The work, during which a second holder would read the same value.
+    tokio::time::sleep(work).await;
     let field = match kind {
         Kind::Write => format!("{owner}:write"),
         _ => owner.to_string(),
