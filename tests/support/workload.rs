@@ -658,10 +658,11 @@ pub fn lost_updates(server: &RedisServer, workload: &Workload) -> Vec<String> {
 }
 
 /// Waits until every hold of the workload is gone (released, or its lease ran out; at most
-/// `limit`; read holds' timeout keys included), lets one fresh owner take each fair lock (whose attempt drops every waiter
-/// that is gone and past its deadline; at most `limit` each), then checks what is left:
-/// only the resources and the token counters may remain, and keys that expire by
-/// themselves (unlock latches) must have a TTL. Returns the violations.
+/// `limit`; read holds' timeout keys included); lets one fresh owner take each fair lock,
+/// whose attempts drop every waiter that is gone and past its deadline (at most `limit`
+/// more than the waits of those gone); then checks what is left: only the resources and
+/// the token counters may remain, and keys that expire by themselves (unlock latches) must
+/// have a TTL. Returns the violations.
 pub async fn settle(
     client: &LockClient,
     server: &RedisServer,
@@ -688,7 +689,14 @@ pub async fn settle(
     let owner = client.new_owner();
     for name in workload.fair_names() {
         let lock = client.fair_lock(&name).unwrap();
-        match lock.try_lock_for(&owner, limit).await {
+        // Each waiter left in the queue by a killed process holds it up for its wait (the
+        // workload's, which its clients also give their fair waiters).
+        let queue = format!("redisson_lock_queue:{{{name}}}");
+        let gone: u32 = server.command(&["LLEN", &queue]).parse().unwrap_or(0);
+        match lock
+            .try_lock_for(&owner, limit + workload.wait * gone)
+            .await
+        {
             Ok(Some(guard)) => {
                 if let Err(error) = guard.unlock().await {
                     violations.push(format!("releasing {name} after the run: {error}"));
