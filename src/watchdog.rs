@@ -160,11 +160,18 @@ impl Entry {
     }
 
     /// A renewed hold left: when none is renewed any more, only fixed leases remain, which
-    /// their guards time themselves.
+    /// their guards time themselves; unless the watchdog lease ran out meanwhile, which
+    /// stays lost.
     fn renewed_hold_left(&mut self) {
         self.renewed = self.renewed.saturating_sub(1);
         if self.renewed == 0 {
-            self.standing.send_replace(Standing::Held { until: None });
+            self.standing.send_modify(|standing| {
+                *standing = if standing.holds_at(Instant::now()) {
+                    Standing::Held { until: None }
+                } else {
+                    Standing::Lost
+                };
+            });
         }
     }
 }
@@ -540,5 +547,54 @@ impl Watchdog {
             args.push(Value::from(&*hold.field));
         }
         (&READ_RENEW_BATCH, keys, args)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hold() -> HoldKey {
+        HoldKey {
+            key: "lock".into(),
+            field: "owner".into(),
+            renew: Renew::Field,
+        }
+    }
+
+    #[test]
+    fn a_watchdog_lease_that_ran_out_stays_lost() {
+        let watchdog = Watchdog::new(Duration::from_millis(100), false);
+        let now = Instant::now();
+        let in_a_minute = Some(now + Duration::from_secs(60));
+        let (_fixed, fixed_standing) = watchdog.register(hold(), now, in_a_minute, true);
+        // A re-entry with the watchdog lease whose reply came after that lease's end.
+        let sent = now - Duration::from_millis(200);
+        let (renewed, renewed_standing) = watchdog.register(hold(), sent, None, false);
+        assert!(!renewed_standing.borrow().holds_at(Instant::now()));
+        assert_eq!(
+            watchdog.renewed(),
+            0,
+            "a lease that ran out is not being renewed"
+        );
+        // The lapsed guard leaving does not revive the hold for the fixed one.
+        assert!(watchdog.leave(renewed).is_some());
+        assert_eq!(*fixed_standing.borrow(), Standing::Lost);
+    }
+
+    #[test]
+    fn a_guard_with_time_left_follows_the_renewals() {
+        let watchdog = Watchdog::new(Duration::from_secs(30), false);
+        let now = Instant::now();
+        let (ticket, standing) = watchdog.register(hold(), now, None, true);
+        assert_eq!(
+            *standing.borrow(),
+            Standing::Held {
+                until: Some(now + Duration::from_secs(30))
+            }
+        );
+        assert_eq!(watchdog.renewed(), 1);
+        assert!(watchdog.leave(ticket).is_some());
+        assert_eq!(watchdog.renewed(), 0);
     }
 }
