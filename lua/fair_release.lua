@@ -26,6 +26,7 @@ local key, queue, deadlines, channel_base, latch = KEYS[1], KEYS[2], KEYS[3], KE
 local message, lease, owner = ARGV[1], valid_ms(ARGV[2]), ARGV[3]
 local now, publish, latch_ttl = tonumber(ARGV[4]), ARGV[5], valid_ms(ARGV[6])
 
+check_may_publish(publish, channel_base, message)
 local replayed, reply = latch_replay(latch)
 if replayed then
     return reply

@@ -13,11 +13,20 @@
 -- A read hold is granted when the lock is free, in read mode (readers never queue behind
 -- waiting writers), or in write mode held by this same owner (downgrade; mode stays write).
 -- The hash TTL becomes the larger of its current TTL and the lease, never shorter.
+--
+-- Deliberate difference from Java: a hash under the name without a mode field is not a
+-- read-write lock (another kind's hold, or foreign data). Java takes it and writes into it;
+-- here it counts as held by someone else: the reply is {0, its PTTL}, and nothing is
+-- written.
 local key, timeout_prefix = KEYS[1], KEYS[2]
 local lease, owner, write_owner = valid_ms(ARGV[1]), ARGV[2], ARGV[3]
 
 local mode = redis.call('hget', key, 'mode')
 if not mode then
+    -- A key without a mode is no read-write lock: busy (see the header).
+    if redis.call('exists', key) == 1 then
+        return {0, redis.call('pttl', key)}
+    end
     redis.call('hset', key, 'mode', 'read')
     redis.call('hset', key, owner, 1)
     redis.call('set', timeout_prefix .. ':1', 1, 'px', lease)

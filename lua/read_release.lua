@@ -26,6 +26,7 @@
 local key, channel, timeout_prefix, key_prefix, latch = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local message, owner, publish, latch_ttl = ARGV[1], ARGV[2], ARGV[3], valid_ms(ARGV[4])
 
+check_may_publish(publish, channel, message)
 local replayed, reply = latch_replay(latch)
 if replayed then
     return reply

@@ -15,10 +15,19 @@
 -- only read holds with the PTTL, so its lock() waits for itself forever. Here that case is
 -- told apart by -3, which no PTTL can be, and the caller fails at once. Writing nothing,
 -- it is invisible to other clients.
+--
+-- Deliberate difference from Java: a hash under the name without a mode field is not a
+-- read-write lock (another kind's hold, or foreign data). Java takes it and writes into it;
+-- here it counts as held by someone else: the reply is {0, its PTTL}, and nothing is
+-- written.
 local key, lease, write_owner, read_owner = KEYS[1], valid_ms(ARGV[1]), ARGV[2], ARGV[3]
 
 local mode = redis.call('hget', key, 'mode')
 if not mode then
+    -- A key without a mode is no read-write lock: busy (see the header).
+    if redis.call('exists', key) == 1 then
+        return {0, redis.call('pttl', key)}
+    end
     redis.call('hset', key, 'mode', 'write')
     redis.call('hset', key, write_owner, 1)
     redis.call('pexpire', key, lease)

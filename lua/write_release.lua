@@ -26,6 +26,7 @@ local key, channel, latch = KEYS[1], KEYS[2], KEYS[3]
 local message, lease, write_owner, publish = ARGV[1], valid_ms(ARGV[2]), ARGV[3], ARGV[4]
 local latch_ttl = valid_ms(ARGV[5])
 
+check_may_publish(publish, channel, message)
 local replayed, reply = latch_replay(latch)
 if replayed then
     return reply

@@ -352,7 +352,8 @@ impl LockClientBuilder {
     /// Use clients you built and connected yourself. `subscriber` receives the unlock
     /// messages and is dedicated to this client, which closes it at shutdown; when `None`,
     /// one is made with `redis`'s configuration. Give `redis` a reconnect policy, or it will
-    /// not reconnect. `redis` stays open after [`LockClient::shutdown`]: it is yours.
+    /// not reconnect, and an unresponsive timeout (`ConnectionConfig::unresponsive`), or a
+    /// half-open connection is never replaced. `redis` stays open after [`LockClient::shutdown`]: it is yours.
     pub fn clients(mut self, redis: Client, subscriber: Option<SubscriberClient>) -> Self {
         self.source = Source::Clients(redis, subscriber);
         self
@@ -477,6 +478,12 @@ impl LockClientBuilder {
                 .with_connection_config(|conn| {
                     conn.connection_timeout = command_timeout;
                     conn.internal_command_timeout = command_timeout;
+                    // A connection that stops answering (a half-open one: the server or a
+                    // middlebox dropped it without telling us) is closed and made again;
+                    // otherwise every later command on it would time out, for good.
+                    conn.unresponsive.max_timeout = Some(command_timeout);
+                    conn.unresponsive.interval =
+                        (command_timeout / 4).max(Duration::from_millis(2));
                 });
         };
         let (redis, subscriber, owns_redis) = match self.source {

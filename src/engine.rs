@@ -120,7 +120,9 @@ impl Engine {
         let latches = Latches::new();
         tokio::spawn(latches.clone().run(redis.clone(), shutdown_rx.clone()));
         sentinel::follow_failovers(&redis, &subscriber, shutdown_rx.clone());
-        let pubsub = PubSub::start(subscriber, settings.flavour, shutdown_rx);
+        // The subscriber connection is checked as often as holds are renewed.
+        let heartbeat = settings.watchdog_timeout / 3;
+        let pubsub = PubSub::start(subscriber, settings.flavour, heartbeat, shutdown_rx);
         let replicas = Replicas::new(settings.replica_wait);
         let server = format!("{:?}", redis.client_config().server);
         Arc::new(Engine {

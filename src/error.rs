@@ -134,13 +134,17 @@ pub(crate) fn is_transient(error: &RedisError) -> bool {
             .any(|prefix| details.starts_with(prefix))
                 || details.contains("Too many failed write attempts")
                 || details.contains("Connection closed")
+                // fred between a dropped connection and its replacement.
+                || details.contains("Failed to route command")
         }
     }
 }
 
-/// Whether Redis refused a command because a key holds the wrong type.
+/// Whether Redis refused a command because a key holds the wrong type, or a string or
+/// hash field that should count (a fencing token, a hold count) holds something else.
 pub(crate) fn is_wrong_type(error: &RedisError) -> bool {
-    error.details().contains("WRONGTYPE")
+    let details = error.details();
+    details.contains("WRONGTYPE") || details.contains("is not an integer")
 }
 
 /// Whether Redis no longer has a script in its cache.
@@ -166,10 +170,17 @@ mod tests {
             "WRONGTYPE Operation against a key holding the wrong kind of value script: x",
         );
         assert!(is_wrong_type(&wrong));
+        let token = RedisError::new(
+            ErrorKind::Unknown,
+            "ERR value is not an integer or out of range script: x, on @user_script:47.",
+        );
+        assert!(is_wrong_type(&token));
 
         let loading = RedisError::new(ErrorKind::Unknown, "LOADING Redis is loading the dataset");
         assert!(Error::Redis(loading).is_retryable());
         assert!(Error::Redis(RedisError::new(ErrorKind::IO, "reset")).is_retryable());
+        let reconnecting = RedisError::new(ErrorKind::Unknown, "Failed to route command.");
+        assert!(Error::Redis(reconnecting).is_retryable());
         assert!(!Error::Closed.is_retryable());
     }
 }

@@ -19,7 +19,7 @@ use crate::protocol::Target;
 use crate::release::{release_settled, By, Released};
 use crate::script::BoxFuture;
 use crate::time::{lease_end, millis};
-use crate::watchdog::{HoldKey, Leaving, LostSignal, Ticket};
+use crate::watchdog::{HoldKey, Leaving, LostSignal, Standing, Ticket};
 
 /// How long a hold lasts without being released: renewed by the watchdog, or a fixed
 /// time. A `Lease` is checked when it is made, so every value is one the scripts accept.
@@ -90,7 +90,7 @@ pub(crate) struct Renewal {
     engine: Arc<Engine>,
     /// `None` once the guard gave up its part (released or detached).
     ticket: Option<Ticket>,
-    lost: LostSignal,
+    standing: LostSignal,
     /// When a fixed lease ends; `None` for a watchdog lease.
     ends: Option<Instant>,
 }
@@ -108,11 +108,11 @@ impl Renewal {
         let ends = lease
             .fixed_duration()
             .map(|lease| lease_end(sent_at, lease));
-        let (ticket, lost) = engine.watchdog.register(hold, sent_at, ends, new_hold);
+        let (ticket, standing) = engine.watchdog.register(hold, sent_at, ends, new_hold);
         Renewal {
             engine: engine.clone(),
             ticket: Some(ticket),
-            lost,
+            standing,
             ends,
         }
     }
@@ -132,26 +132,45 @@ impl Renewal {
         drop(self.ticket.take());
     }
 
+    /// Whether the hold is lost: the watchdog said so, or a lease's deadline passed. A
+    /// closed channel means the registration ended for good: the lease will run out.
     pub(crate) fn is_lost(&self) -> bool {
-        *self.lost.borrow()
-            || self.lost.has_changed().is_err()
-            || self.ends.is_some_and(|ends| Instant::now() >= ends)
+        // The clock is read under the channel's lock, where the watchdog decides whether a
+        // renewal came in time: a hold said lost here is never found renewed after.
+        let standing = self.standing.borrow();
+        lapsed(*standing, self.ends, Instant::now()) || self.standing.has_changed().is_err()
     }
 
     pub(crate) fn lost(&self) -> impl Future<Output = ()> + Send + 'static {
-        let (mut lost, ends) = (self.lost.clone(), self.ends);
+        let (mut standing, ends) = (self.standing.clone(), self.ends);
         async move {
-            // A closed channel means the registration ended for good: the lease will run out.
-            let signalled = async move { drop(lost.wait_for(|lost| *lost).await) };
-            match ends {
-                Some(ends) => tokio::select! {
-                    _ = signalled => {}
-                    _ = tokio::time::sleep_until(ends) => {}
-                },
-                None => signalled.await,
+            loop {
+                let deadline = {
+                    let current = standing.borrow_and_update();
+                    if lapsed(*current, ends, Instant::now()) {
+                        return;
+                    }
+                    [current.until(), ends].into_iter().flatten().min()
+                };
+                let deadline_passes = async move {
+                    match deadline {
+                        Some(deadline) => tokio::time::sleep_until(deadline).await,
+                        None => std::future::pending().await,
+                    }
+                };
+                tokio::select! {
+                    changed = standing.changed() => if changed.is_err() { return },
+                    _ = deadline_passes => {}
+                }
             }
         }
     }
+}
+
+/// Whether a hold standing as `standing`, with a fixed lease ending at `ends`, is lost at
+/// `now`.
+fn lapsed(standing: Standing, ends: Option<Instant>, now: Instant) -> bool {
+    !standing.holds_at(now) || ends.is_some_and(|ends| now >= ends)
 }
 
 /// A release that completes even when its caller stops waiting: dropped before it is done
@@ -252,8 +271,9 @@ impl LockGuard {
     /// # Errors
     /// [`Error::NotHeld`] when the hold was lost before (lease expired, force-unlocked, data
     /// lost; nothing is sent when this client already knows it); [`Error::Redis`] when Redis
-    /// could not be reached even after resending. In the error case the hold, if it still
-    /// exists, is no longer renewed and frees itself when its lease runs out.
+    /// could not be reached even after resending; [`Error::Closed`] after the client's
+    /// shutdown. In the error case the hold, if it still exists, is no longer renewed and
+    /// frees itself when its lease runs out.
     pub fn unlock(mut self) -> impl Future<Output = Result<()>> + Send + 'static {
         self.active = false;
         let release = self.release();
@@ -310,6 +330,8 @@ impl LockGuard {
     /// when the hold is already known to be lost: whatever the owner holds now is a newer
     /// hold, not this one, so nothing is sent.
     fn release(&mut self) -> Result<impl Future<Output = Result<()>> + Send + 'static> {
+        // After shutdown nothing is sent: the hold expires with its lease.
+        self.lock.engine.check_open()?;
         let not_held = |lock: &Target, owner: &LockOwner| Error::not_held(&lock.name, owner);
         observe::held(self.lock.kind.kind(), self.held_since);
         let Some(Leaving {

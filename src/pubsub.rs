@@ -9,7 +9,10 @@
 //!
 //! A message is a hint, never a promise: waiters always bound their wait by the holder's
 //! TTL. So whenever messages may have been missed (fred's broadcast buffer lagged, the
-//! connection came back) every waiter is woken to check again.
+//! connection came back) every waiter is woken to check again. A subscriber connection can
+//! also die without a word (half-open: a NAT or firewall dropped it while idle), so while a
+//! channel is subscribed the task PINGs it now and then: a connection that does not answer
+//! is closed and made again by fred, which counts as a reconnect.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
@@ -163,10 +166,12 @@ pub(crate) struct PubSub {
 }
 
 impl PubSub {
-    /// Starts the task that owns `subscriber`; it ends when `shutdown` turns true.
+    /// Starts the task that owns `subscriber`; it ends when `shutdown` turns true. While a
+    /// channel is subscribed, the connection is checked every `heartbeat`.
     pub(crate) fn start(
         subscriber: SubscriberClient,
         flavour: Flavour,
+        heartbeat: Duration,
         shutdown: watch::Receiver<bool>,
     ) -> PubSub {
         let channels: Arc<Channels> = Arc::default();
@@ -179,6 +184,7 @@ impl PubSub {
             watch_topology: flavour.sharded && subscriber.is_clustered(),
             subscriber,
             flavour,
+            heartbeat,
             channels: channels.clone(),
         };
         tokio::spawn(task.run(request_rx, shutdown));
@@ -281,6 +287,7 @@ struct Task {
     /// Channels whose last waiter left, with when to unsubscribe them (in that order).
     lingering: VecDeque<(Instant, Arc<str>)>,
     flavour: Flavour,
+    heartbeat: Duration,
     channels: Arc<Channels>,
     messages: broadcast::Receiver<fred::types::Message>,
     reconnects: broadcast::Receiver<Server>,
@@ -298,6 +305,8 @@ impl Task {
     ) {
         let mut topology = tokio::time::interval(TOPOLOGY_CHECK);
         topology.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut heartbeat = tokio::time::interval(self.heartbeat);
+        heartbeat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
                 biased;
@@ -323,6 +332,7 @@ impl Task {
                 _ = sleep_until_first(&self.lingering), if !self.lingering.is_empty() => {
                     self.expire_idle().await;
                 }
+                _ = heartbeat.tick() => self.check_connection().await,
                 request = requests.recv() => match request {
                     Some(request) => {
                         let mut batch = vec![request];
@@ -522,6 +532,18 @@ impl Task {
                     }
                 }
                 Err(error) => tracing::debug!(%error, %channel, "resubscribing failed; retrying"),
+            }
+        }
+    }
+
+    /// PINGs the connection while a channel is subscribed. On a dead connection the PING
+    /// gets no answer, fred closes the connection as unresponsive and makes a new one, and
+    /// [`resubscribe`](Task::resubscribe) follows.
+    async fn check_connection(&self) {
+        let subscribed = self.channels.lock().values().any(|entry| entry.subscribed);
+        if subscribed {
+            if let Err(error) = self.subscriber.ping::<Value>(None).await {
+                tracing::debug!(%error, "the subscriber connection did not answer a PING");
             }
         }
     }

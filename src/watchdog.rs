@@ -9,6 +9,11 @@
 //! the registry and its guards' `lease_lost()` fires; so does a hold that could not be
 //! renewed before its lease ran out. Transient errors are retried on the next tick, sooner
 //! when a lease is close to its end.
+//!
+//! Guards see each hold's [`Standing`]: lost, or held until the watchdog lease's deadline,
+//! counted from the send of the command that last set the lease. A guard reports its hold
+//! lost once that deadline passes, even while a renewal is still on the wire, and the key
+//! on the server, whose TTL started later, cannot have expired before.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -72,7 +77,36 @@ struct Entry {
     /// When the watchdog lease runs out unless renewed (while `renewed > 0`): counted from
     /// before the command that last set it was sent.
     expires: Instant,
-    lost: watch::Sender<bool>,
+    standing: watch::Sender<Standing>,
+}
+
+/// What the guards of a hold know of it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Standing {
+    /// Held; while a hold of the entry is renewed by the watchdog, `until` is when the
+    /// watchdog lease runs out unless renewed before (fixed leases are timed by their own
+    /// guards).
+    Held { until: Option<Instant> },
+    /// Lost for good.
+    Lost,
+}
+
+impl Standing {
+    /// Whether the hold still stands at `now`.
+    pub(crate) fn holds_at(self, now: Instant) -> bool {
+        match self {
+            Standing::Held { until } => until.is_none_or(|until| now < until),
+            Standing::Lost => false,
+        }
+    }
+
+    /// When the hold stops standing unless renewed before.
+    pub(crate) fn until(self) -> Option<Instant> {
+        match self {
+            Standing::Held { until } => until,
+            Standing::Lost => None,
+        }
+    }
 }
 
 impl Entry {
@@ -96,6 +130,49 @@ impl Entry {
     fn remove_fixed(&mut self, end: Instant) {
         if let Some(at) = self.fixed.iter().position(|e| *e == end) {
             self.fixed.swap_remove(at);
+        }
+    }
+
+    /// Tells the guards the hold is lost, for good.
+    fn lose(&self) {
+        self.standing.send_replace(Standing::Lost);
+    }
+
+    /// Moves the watchdog lease's end to `expires`, unless the lease already ran out: then
+    /// the hold is lost (returns `false`), even if the server did renew it, since a guard
+    /// may have said so already. Decided under the channel's lock, with the clock read
+    /// there, as the guards read it: what a guard said is never contradicted.
+    fn extend(&mut self, expires: Instant) -> bool {
+        let mut kept = false;
+        self.standing.send_modify(|standing| {
+            kept = standing.holds_at(Instant::now());
+            *standing = if kept {
+                Standing::Held {
+                    until: Some(expires),
+                }
+            } else {
+                Standing::Lost
+            };
+        });
+        if kept {
+            self.expires = expires;
+        }
+        kept
+    }
+
+    /// A renewed hold left: when none is renewed any more, only fixed leases remain, which
+    /// their guards time themselves; unless the watchdog lease ran out meanwhile, which
+    /// stays lost.
+    fn renewed_hold_left(&mut self) {
+        self.renewed = self.renewed.saturating_sub(1);
+        if self.renewed == 0 {
+            self.standing.send_modify(|standing| {
+                *standing = if standing.holds_at(Instant::now()) {
+                    Standing::Held { until: None }
+                } else {
+                    Standing::Lost
+                };
+            });
         }
     }
 }
@@ -125,8 +202,8 @@ pub(crate) struct Watchdog {
     wake: Notify,
 }
 
-/// Receives the news that a hold is lost.
-pub(crate) type LostSignal = watch::Receiver<bool>;
+/// How a guard follows its hold's [`Standing`].
+pub(crate) type LostSignal = watch::Receiver<Standing>;
 
 impl Watchdog {
     /// `by_slot`: put only holds of one cluster slot in a script (clusters, and proxies in
@@ -147,7 +224,8 @@ impl Watchdog {
     /// Records a guard of `hold` taken by a command sent at `sent_at`, with a fixed lease
     /// ending at `fixed` or (`None`) renewed by the watchdog. `new_hold`: the script found no
     /// hold of the owner, so any entry still recorded belongs to a hold that was lost
-    /// meanwhile: its guards are told, and it is replaced.
+    /// meanwhile: its guards are told, and it is replaced. So is an entry whose watchdog
+    /// lease ran out, which its guards may have reported lost already.
     pub(crate) fn register(
         &self,
         hold: HoldKey,
@@ -157,12 +235,15 @@ impl Watchdog {
     ) -> (Ticket, LostSignal) {
         let mut registry = self.registry.lock();
         let closed = registry.closed;
-        if new_hold {
-            if let Some(stale) = registry.holds.remove(&hold) {
-                tracing::warn!(key = %hold.key, field = %hold.field, "hold lost: the owner's new acquisition found it gone");
-                observe::lease_lost(observe::Lost::Replaced);
-                stale.lost.send_replace(true);
-            }
+        let stale = registry
+            .holds
+            .get(&hold)
+            .is_some_and(|entry| new_hold || !entry.standing.borrow().holds_at(Instant::now()));
+        if stale {
+            let stale = registry.holds.remove(&hold).expect("checked above");
+            tracing::warn!(key = %hold.key, field = %hold.field, "hold lost: replaced by the owner's new acquisition");
+            observe::lease_lost(observe::Lost::Replaced);
+            stale.lose();
         }
         let entry = registry.holds.entry(hold.clone()).or_insert_with(|| Entry {
             id: self.next_id.fetch_add(1, Ordering::Relaxed),
@@ -174,18 +255,21 @@ impl Watchdog {
             renewed: 0,
             fixed: Vec::new(),
             expires: sent_at + self.timeout,
-            lost: watch::channel(false).0,
+            standing: watch::channel(Standing::Held { until: None }).0,
         });
         let first_renewed = fixed.is_none() && entry.renewed == 0;
         match fixed {
             Some(end) => entry.fixed.push(end),
-            None if first_renewed => {
-                entry.renewed = 1;
-                entry.expires = sent_at + self.timeout;
-            }
             None => {
+                let expires = sent_at + self.timeout;
+                let expires = if first_renewed {
+                    expires
+                } else {
+                    entry.expires.max(expires)
+                };
                 entry.renewed += 1;
-                entry.expires = entry.expires.max(sent_at + self.timeout);
+                // A reply that came after the lease's end makes a hold that is lost at once.
+                entry.extend(expires);
             }
         }
         let ticket = Ticket {
@@ -193,10 +277,10 @@ impl Watchdog {
             entry_id: entry.id,
             fixed,
         };
-        let signal = entry.lost.subscribe();
+        let signal = entry.standing.subscribe();
         if closed {
             // Nobody will renew it: say so at once.
-            entry.lost.send_replace(true);
+            entry.lose();
         }
         drop(registry);
         if first_renewed {
@@ -216,7 +300,7 @@ impl Watchdog {
             .filter(|entry| entry.id == ticket.entry_id)?;
         match ticket.fixed {
             Some(end) => entry.remove_fixed(end),
-            None => entry.renewed = entry.renewed.saturating_sub(1),
+            None => entry.renewed_hold_left(),
         }
         let leaving = Leaving {
             generation: entry.id,
@@ -265,7 +349,7 @@ impl Watchdog {
             return;
         }
         if entry.renewed > 0 {
-            entry.renewed -= 1;
+            entry.renewed_hold_left();
         } else if let Some(first) = entry.fixed.iter().min().copied() {
             entry.remove_fixed(first);
         }
@@ -284,7 +368,7 @@ impl Watchdog {
             .is_some_and(|entry| Some(entry.id) == id)
         {
             let entry = registry.holds.remove(hold).expect("checked above");
-            entry.lost.send_replace(true);
+            entry.lose();
         }
     }
 
@@ -293,16 +377,20 @@ impl Watchdog {
         let mut registry = self.registry.lock();
         registry.closed = true;
         for (_, entry) in registry.holds.drain() {
-            entry.lost.send_replace(true);
+            entry.lose();
         }
         drop(registry);
         self.wake.notify_one();
     }
 
-    /// How many holds are being renewed.
+    /// How many holds are being renewed (a lease that ran out is not, even before the
+    /// renewal task has dropped it).
     pub(crate) fn renewed(&self) -> usize {
         let registry = self.registry.lock();
-        registry.holds.values().filter(|e| e.renewed > 0).count()
+        let now = Instant::now();
+        (registry.holds.values())
+            .filter(|e| e.renewed > 0 && e.standing.borrow().holds_at(now))
+            .count()
     }
 
     /// The renewal loop; returns when the client shuts down.
@@ -348,15 +436,28 @@ impl Watchdog {
         let now = Instant::now();
         // One group per slot and renewal kind: each kind has its own script.
         let mut batches: HashMap<(u16, bool), Vec<(HoldKey, u64)>> = HashMap::new();
-        for (hold, entry) in self.registry.lock().holds.iter() {
-            if entry.renewed == 0 {
-                continue;
+        {
+            let mut registry = self.registry.lock();
+            // A lease that ran out meanwhile (the process was paused, or the last renewal took
+            // that long) is lost, and not renewed: the key then expires on its own soon.
+            registry.holds.retain(|hold, entry| {
+                let lapsed = entry.renewed > 0 && !entry.standing.borrow().holds_at(now);
+                if lapsed {
+                    tracing::warn!(key = %hold.key, field = %hold.field, "hold lost: its lease ran out before it could be renewed");
+                    entry.lose();
+                }
+                !lapsed
+            });
+            for (hold, entry) in registry.holds.iter() {
+                if entry.renewed == 0 {
+                    continue;
+                }
+                let reader = matches!(hold.renew, Renew::Reader { .. });
+                batches
+                    .entry((entry.slot, reader))
+                    .or_default()
+                    .push((hold.clone(), entry.id));
             }
-            let reader = matches!(hold.renew, Renew::Reader { .. });
-            batches
-                .entry((entry.slot, reader))
-                .or_default()
-                .push((hold.clone(), entry.id));
         }
         let mut calls = JoinSet::new();
         for ((_, reader), holds) in batches {
@@ -377,15 +478,19 @@ impl Watchdog {
                     for ((hold, id), flag) in chunk.iter().zip(flags) {
                         let renewed = matches!(flag, Value::Integer(1));
                         match registry.holds.get_mut(hold) {
-                            Some(entry) if entry.id == *id && renewed => {
-                                entry.expires = now + self.timeout;
-                                observe::renewed(1);
-                            }
                             Some(entry) if entry.id == *id => {
-                                tracing::warn!(key = %hold.key, field = %hold.field, "hold lost: it no longer exists in Redis");
-                                observe::lease_lost(observe::Lost::Gone);
-                                entry.lost.send_replace(true);
-                                registry.holds.remove(hold);
+                                if !renewed {
+                                    tracing::warn!(key = %hold.key, field = %hold.field, "hold lost: it no longer exists in Redis");
+                                    observe::lease_lost(observe::Lost::Gone);
+                                    entry.lose();
+                                    registry.holds.remove(hold);
+                                } else if !entry.extend(now + self.timeout) {
+                                    tracing::warn!(key = %hold.key, field = %hold.field, "hold lost: its renewal was answered after its lease ran out");
+                                    observe::lease_lost(observe::Lost::Unreachable);
+                                    registry.holds.remove(hold);
+                                } else {
+                                    observe::renewed(1);
+                                }
                             }
                             _ => {}
                         }
@@ -408,7 +513,7 @@ impl Watchdog {
                         if entry.expires <= later {
                             tracing::warn!(key = %hold.key, field = %hold.field, "hold lost: Redis unreachable until its lease ran out");
                             observe::lease_lost(observe::Lost::Unreachable);
-                            entry.lost.send_replace(true);
+                            entry.lose();
                             registry.holds.remove(hold);
                         } else {
                             // Try again well before the lease ends.
@@ -450,5 +555,54 @@ impl Watchdog {
             args.push(Value::from(&*hold.field));
         }
         (&READ_RENEW_BATCH, keys, args)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hold() -> HoldKey {
+        HoldKey {
+            key: "lock".into(),
+            field: "owner".into(),
+            renew: Renew::Field,
+        }
+    }
+
+    #[test]
+    fn a_watchdog_lease_that_ran_out_stays_lost() {
+        let watchdog = Watchdog::new(Duration::from_millis(100), false);
+        let now = Instant::now();
+        let in_a_minute = Some(now + Duration::from_secs(60));
+        let (_fixed, fixed_standing) = watchdog.register(hold(), now, in_a_minute, true);
+        // A re-entry with the watchdog lease whose reply came after that lease's end.
+        let sent = now - Duration::from_millis(200);
+        let (renewed, renewed_standing) = watchdog.register(hold(), sent, None, false);
+        assert!(!renewed_standing.borrow().holds_at(Instant::now()));
+        assert_eq!(
+            watchdog.renewed(),
+            0,
+            "a lease that ran out is not being renewed"
+        );
+        // The lapsed guard leaving does not revive the hold for the fixed one.
+        assert!(watchdog.leave(renewed).is_some());
+        assert_eq!(*fixed_standing.borrow(), Standing::Lost);
+    }
+
+    #[test]
+    fn a_guard_with_time_left_follows_the_renewals() {
+        let watchdog = Watchdog::new(Duration::from_secs(30), false);
+        let now = Instant::now();
+        let (ticket, standing) = watchdog.register(hold(), now, None, true);
+        assert_eq!(
+            *standing.borrow(),
+            Standing::Held {
+                until: Some(now + Duration::from_secs(30))
+            }
+        );
+        assert_eq!(watchdog.renewed(), 1);
+        assert!(watchdog.leave(ticket).is_some());
+        assert_eq!(watchdog.renewed(), 0);
     }
 }

@@ -6,7 +6,7 @@
 mod support;
 
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use fred::interfaces::ClientLike;
 use fred::types::Value;
@@ -17,33 +17,12 @@ use tokio::task::JoinHandle;
 /// The default `fair_wait_timeout` (Redisson's `fairLockWaitTimeout`), in ms.
 const DEFAULT_WAIT_MS: i64 = 300_000;
 
-fn queue_key(name: &str) -> String {
-    format!("redisson_lock_queue:{{{name}}}")
-}
-
 fn timeouts_key(name: &str) -> String {
     format!("redisson_lock_timeout:{{{name}}}")
 }
 
 fn waiter_channel(name: &str, field: &str) -> String {
     format!("redisson_lock__channel:{{{name}}}:{field}")
-}
-
-fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as i64
-}
-
-/// The queue, head first.
-fn queued(server: &RedisServer, name: &str) -> Vec<String> {
-    server
-        .command(&["LRANGE", &queue_key(name), "0", "-1"])
-        .lines()
-        .filter(|line| !line.is_empty())
-        .map(String::from)
-        .collect()
 }
 
 /// A waiter's deadline in the timeout set.

@@ -3,8 +3,11 @@
 #![allow(dead_code)]
 
 pub mod listener;
+pub mod process;
+pub mod proxy;
 pub mod server;
 pub mod topology;
+pub mod workload;
 
 use std::future::Future;
 use std::time::Duration;
@@ -12,6 +15,10 @@ use std::time::Duration;
 use fred::prelude::KeysInterface;
 #[allow(unused_imports)] // Not every test binary listens.
 pub use listener::Listener;
+#[allow(unused_imports)] // Not every test binary runs child processes.
+pub use process::TestProcess;
+#[allow(unused_imports)] // Only the fault suite injects network faults.
+pub use proxy::{FaultProxy, Net};
 use redisson_lock::{Lease, LockClient, LockClientBuilder, LockGuard, LockOwner};
 pub use server::RedisServer;
 use tokio::task::JoinHandle;
@@ -161,6 +168,29 @@ pub fn lock_channel(name: &str) -> String {
     format!("redisson_lock__channel:{{{name}}}")
 }
 
+/// The fair lock `name`'s queue key.
+pub fn queue_key(name: &str) -> String {
+    format!("redisson_lock_queue:{{{name}}}")
+}
+
+/// The fair lock `name`'s queue, head first.
+pub fn queued(server: &RedisServer, name: &str) -> Vec<String> {
+    server
+        .command(&["LRANGE", &queue_key(name), "0", "-1"])
+        .lines()
+        .filter(|line| !line.is_empty())
+        .map(String::from)
+        .collect()
+}
+
+/// The wall clock in epoch ms, as the fair scripts take it.
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
+}
+
 /// How many connections the server counts as subscribed to `channel` (`PUBSUB NUMSUB`).
 pub fn subscribers(server: &RedisServer, channel: &str) -> u64 {
     let reply = server.command(&["PUBSUB", "NUMSUB", channel]);
@@ -201,17 +231,8 @@ pub async fn waiting(server: &RedisServer, channel: &str, calls: u64) {
 
 /// Runs this binary's ignored test `test` in a child process, `var` set to the server's URL.
 pub fn spawn_test_process(test: &str, var: &str, server: &RedisServer) -> std::process::Child {
-    std::process::Command::new(std::env::current_exe().unwrap())
-        .args([
-            test,
-            "--exact",
-            "--ignored",
-            "--nocapture",
-            "--test-threads=1",
-        ])
+    process::test_process_command(test)
         .env(var, server.url())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap()
 }

@@ -134,8 +134,9 @@ pub struct RedisServer {
     port: u16,
     dir: PathBuf,
     persistent: bool,
-    /// More `redis-server` arguments (cluster mode, replication settings, ...).
-    extra: Vec<String>,
+    /// More `redis-server` arguments (cluster mode, replication settings, ...), kept for
+    /// restarts.
+    args: Vec<String>,
     /// A config file written to the data directory and passed first (a sentinel's).
     config: Option<String>,
 }
@@ -143,31 +144,29 @@ pub struct RedisServer {
 impl RedisServer {
     /// Starts a throw-away server: no RDB snapshots, no AOF.
     pub fn start() -> RedisServer {
-        Self::start_impl(false)
+        Self::start_with(false, &[])
+    }
+
+    /// Starts a throw-away server with more `redis-server` arguments (`--name value` pairs).
+    pub fn start_with_args(args: &[&str]) -> RedisServer {
+        Self::start_with(false, args)
     }
 
     /// Starts a server with an always-fsynced AOF, so data survives
     /// [`restart`](Self::restart) (and even [`kill`](Self::kill) followed by a restart).
     pub fn start_with_persistence() -> RedisServer {
-        Self::start_impl(true)
+        Self::start_with(true, &[])
     }
 
-    /// Starts a throw-away server with more command-line arguments.
-    pub fn start_with_args(args: &[&str]) -> RedisServer {
-        Self::start_custom(None, args)
+    /// Starts a server, `persistent` as [`start_with_persistence`](Self::start_with_persistence),
+    /// with more `redis-server` arguments.
+    pub fn start_with(persistent: bool, args: &[&str]) -> RedisServer {
+        Self::start_full(persistent, None, args)
     }
 
     /// Starts a Sentinel whose config file holds `config`.
     pub fn start_sentinel(config: &str) -> RedisServer {
-        Self::start_custom(Some(config.to_owned()), &["--sentinel"])
-    }
-
-    fn start_impl(persistent: bool) -> RedisServer {
-        Self::start_full(persistent, None, &[])
-    }
-
-    fn start_custom(config: Option<String>, args: &[&str]) -> RedisServer {
-        Self::start_full(false, config, args)
+        Self::start_full(false, Some(config.to_owned()), &["--sentinel"])
     }
 
     fn start_full(persistent: bool, config: Option<String>, args: &[&str]) -> RedisServer {
@@ -190,7 +189,7 @@ impl RedisServer {
                 port,
                 dir,
                 persistent,
-                extra: args.iter().map(|arg| arg.to_string()).collect(),
+                args: args.iter().map(|arg| arg.to_string()).collect(),
                 config: config.clone(),
             };
             match server.launch() {
@@ -281,16 +280,18 @@ impl RedisServer {
 
     /// Like [`command`](Self::command) but returns I/O errors instead of panicking.
     pub fn try_command(&self, args: &[&str]) -> io::Result<String> {
-        let stream = connect(self.port, Duration::from_secs(1))?;
-        stream.set_read_timeout(Some(COMMAND_TIMEOUT))?;
-        let mut request = format!("*{}\r\n", args.len()).into_bytes();
-        for arg in args {
-            request.extend_from_slice(format!("${}\r\n", arg.len()).as_bytes());
-            request.extend_from_slice(arg.as_bytes());
-            request.extend_from_slice(b"\r\n");
-        }
-        (&stream).write_all(&request)?;
-        read_reply(&mut BufReader::new(stream))
+        send_command(self.port, args)
+    }
+
+    /// Sends one command from a thread of its own, for a command that blocks the server
+    /// (`DEBUG SLEEP`); join the thread for the reply.
+    pub fn command_on_thread(&self, args: &[&str]) -> std::thread::JoinHandle<io::Result<String>> {
+        let port = self.port;
+        let args: Vec<String> = args.iter().map(|arg| arg.to_string()).collect();
+        std::thread::spawn(move || {
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            send_command(port, &args)
+        })
     }
 
     /// Spawns redis-server on `self.port` / `self.dir` and waits until it
@@ -325,7 +326,7 @@ impl RedisServer {
             "warning",
         ]);
         cmd.arg("--logfile").arg(self.dir.join("redis.log"));
-        cmd.args(&self.extra);
+        cmd.args(&self.args);
         cmd.stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null());
@@ -408,6 +409,20 @@ fn connect(port: u16, timeout: Duration) -> io::Result<TcpStream> {
     let stream = TcpStream::connect_timeout(&SocketAddr::from(([127, 0, 0, 1], port)), timeout)?;
     stream.set_write_timeout(Some(timeout))?;
     Ok(stream)
+}
+
+/// Sends one command to the server on `port` and renders its reply (see [`read_reply`]).
+fn send_command(port: u16, args: &[&str]) -> io::Result<String> {
+    let stream = connect(port, Duration::from_secs(1))?;
+    stream.set_read_timeout(Some(COMMAND_TIMEOUT))?;
+    let mut request = format!("*{}\r\n", args.len()).into_bytes();
+    for arg in args {
+        request.extend_from_slice(format!("${}\r\n", arg.len()).as_bytes());
+        request.extend_from_slice(arg.as_bytes());
+        request.extend_from_slice(b"\r\n");
+    }
+    (&stream).write_all(&request)?;
+    read_reply(&mut BufReader::new(stream))
 }
 
 /// Inline `PING`; true only on `+PONG` (a server still loading its AOF
