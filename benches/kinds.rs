@@ -28,9 +28,8 @@
 
 mod common;
 
-use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
-use std::sync::atomic::{AtomicIsize, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -41,55 +40,6 @@ use redisson_lock::{
     FairLock, LockClient, LockGuard, LockOwner, MultiLock, ReadWriteLock, RedLock,
 };
 use tokio::runtime::Runtime;
-
-/// Live heap bytes of the process: what was allocated and not yet freed (requested sizes,
-/// without the allocator's own overhead).
-static LIVE_HEAP: AtomicIsize = AtomicIsize::new(0);
-
-/// The system allocator, counting [`LIVE_HEAP`].
-struct Counting;
-
-// SAFETY: every call is forwarded to `System` unchanged; only a counter is updated.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        let ptr = System.alloc(layout);
-        if !ptr.is_null() {
-            LIVE_HEAP.fetch_add(layout.size() as isize, Ordering::Relaxed);
-        }
-        ptr
-    }
-
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        let ptr = System.alloc_zeroed(layout);
-        if !ptr.is_null() {
-            LIVE_HEAP.fetch_add(layout.size() as isize, Ordering::Relaxed);
-        }
-        ptr
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        System.dealloc(ptr, layout);
-        LIVE_HEAP.fetch_sub(layout.size() as isize, Ordering::Relaxed);
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        let new = System.realloc(ptr, layout, new_size);
-        if !new.is_null() {
-            LIVE_HEAP.fetch_add(
-                new_size as isize - layout.size() as isize,
-                Ordering::Relaxed,
-            );
-        }
-        new
-    }
-}
-
-#[global_allocator]
-static ALLOCATOR: Counting = Counting;
-
-fn live_heap() -> isize {
-    LIVE_HEAP.load(Ordering::Relaxed)
-}
 
 // ---------------------------------------------------------------------------------------
 // watchdog_10k

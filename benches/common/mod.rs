@@ -9,9 +9,11 @@
 #[path = "../../tests/support/server.rs"]
 pub mod server;
 
+use std::alloc::{GlobalAlloc, Layout, System};
 use std::collections::HashSet;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicIsize, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -24,6 +26,67 @@ use tokio::runtime::Runtime;
 use tokio::sync::oneshot;
 
 pub use server::RedisServer;
+
+/// Live heap bytes of the process: what was allocated and not yet freed (requested sizes,
+/// without the allocator's own overhead).
+static LIVE_HEAP: AtomicIsize = AtomicIsize::new(0);
+/// Heap allocations made so far (`alloc`, `alloc_zeroed` and `realloc` calls).
+static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
+
+/// The system allocator, counting [`LIVE_HEAP`] and [`ALLOCATIONS`].
+struct Counting;
+
+impl Counting {
+    fn grew(by: isize) {
+        LIVE_HEAP.fetch_add(by, Ordering::Relaxed);
+        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+// SAFETY: every call is forwarded to `System` unchanged; only counters are updated.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        let ptr = System.alloc(layout);
+        if !ptr.is_null() {
+            Counting::grew(layout.size() as isize);
+        }
+        ptr
+    }
+
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        let ptr = System.alloc_zeroed(layout);
+        if !ptr.is_null() {
+            Counting::grew(layout.size() as isize);
+        }
+        ptr
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        System.dealloc(ptr, layout);
+        LIVE_HEAP.fetch_sub(layout.size() as isize, Ordering::Relaxed);
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        let new = System.realloc(ptr, layout, new_size);
+        if !new.is_null() {
+            Counting::grew(new_size as isize - layout.size() as isize);
+        }
+        new
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: Counting = Counting;
+
+/// Live heap bytes now (see [`LIVE_HEAP`]).
+pub fn live_heap() -> isize {
+    LIVE_HEAP.load(Ordering::Relaxed)
+}
+
+/// Heap allocations made so far by the whole process.
+pub fn allocations() -> u64 {
+    ALLOCATIONS.load(Ordering::Relaxed)
+}
 
 /// Redisson's acquire, bare: HINCRBY + PEXPIRE and nil when taken or re-entered, the
 /// holder's PTTL when busy.
@@ -615,4 +678,65 @@ pub async fn clients(url: &str, n: usize) -> Vec<LockClient> {
         clients.push(LockClient::connect(url).await.unwrap());
     }
     clients
+}
+
+/// CPU time `server` has used so far (`used_cpu_user` + `used_cpu_sys` of `INFO cpu`).
+pub fn redis_cpu(server: &RedisServer) -> Duration {
+    let info = server.command(&["INFO", "cpu"]);
+    let seconds: f64 = (info.lines())
+        .filter_map(|line| {
+            let value = line
+                .strip_prefix("used_cpu_user:")
+                .or_else(|| line.strip_prefix("used_cpu_sys:"))?;
+            value.trim().parse::<f64>().ok()
+        })
+        .sum();
+    Duration::from_secs_f64(seconds)
+}
+
+/// What one run of a workload cost, per operation.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Cost {
+    pub wall: Duration,
+    /// CPU of this process (every thread, by schedstat).
+    pub client_cpu: Duration,
+    /// CPU of the redis-server.
+    pub redis_cpu: Duration,
+    pub allocations: f64,
+}
+
+/// Runs `work` (`ops` operations) and measures its [`Cost`] per operation.
+pub fn cost_of<F: Future<Output = Duration>>(
+    rt: &Runtime,
+    server: &RedisServer,
+    ops: u64,
+    work: F,
+) -> Cost {
+    let (redis0, (cpu0, _), allocs0) = (redis_cpu(server), cpu_time(), allocations());
+    let wall = rt.block_on(work);
+    let (cpu1, _) = cpu_time();
+    let allocs1 = allocations();
+    let redis1 = redis_cpu(server);
+    let n = ops as u32;
+    Cost {
+        wall: wall / n,
+        client_cpu: (cpu1 - cpu0) / n,
+        redis_cpu: (redis1 - redis0) / n,
+        allocations: (allocs1 - allocs0) as f64 / ops as f64,
+    }
+}
+
+/// The median of each field over `costs`.
+pub fn median_cost(costs: &[Cost]) -> Cost {
+    let median = |f: &dyn Fn(&Cost) -> f64| {
+        let mut values: Vec<f64> = costs.iter().map(f).collect();
+        values.sort_by(|a, b| a.partial_cmp(b).unwrap());
+        values[values.len() / 2]
+    };
+    Cost {
+        wall: Duration::from_secs_f64(median(&|c| c.wall.as_secs_f64())),
+        client_cpu: Duration::from_secs_f64(median(&|c| c.client_cpu.as_secs_f64())),
+        redis_cpu: Duration::from_secs_f64(median(&|c| c.redis_cpu.as_secs_f64())),
+        allocations: median(&|c| c.allocations),
+    }
 }
