@@ -120,7 +120,7 @@ pub(crate) struct Watchdog {
     timeout: Duration,
     /// Group holds by cluster slot (else every hold is filed under slot 0).
     by_slot: bool,
-    /// Wakes the task when a hold needs renewing.
+    /// Wakes the task when the client closes.
     wake: Notify,
 }
 
@@ -196,10 +196,8 @@ impl Watchdog {
             // Nobody will renew it: say so at once.
             entry.lost.send_replace(true);
         }
-        drop(registry);
-        if first_renewed {
-            self.wake.notify_one();
-        }
+        // The task is not woken: its next tick, at most a period away, renews the new hold
+        // in time, since its lease was just set for the whole watchdog timeout.
         (ticket, signal)
     }
 
@@ -303,30 +301,21 @@ impl Watchdog {
         registry.holds.values().filter(|e| e.renewed > 0).count()
     }
 
-    /// The renewal loop; returns when the client shuts down.
+    /// The renewal loop; returns when the client shuts down. It ticks every period whether
+    /// or not there are holds: waking it on each new hold instead would cost a task wake-up
+    /// per acquisition, while a tick with nothing to renew sends nothing.
     pub(crate) async fn run(self: Arc<Self>, runner: ScriptRunner) {
         let period = self.timeout / 3;
+        let mut next = Instant::now() + period;
         loop {
-            // Sleep while there is nothing to renew, so an idle client costs nothing.
-            let idle = {
-                let registry = self.registry.lock();
-                if registry.closed {
-                    return;
-                }
-                registry.holds.values().all(|entry| entry.renewed == 0)
-            };
-            if idle {
-                self.wake.notified().await;
-                continue;
-            }
-            let next = tokio::select! {
-                next = self.renew_all(&runner) => next,
-                _ = self.closed() => return,
-            };
             tokio::select! {
-                _ = tokio::time::sleep_until(next.min(Instant::now() + period)) => {}
+                _ = tokio::time::sleep_until(next) => {}
                 _ = self.closed() => return,
             }
+            next = tokio::select! {
+                due = self.renew_all(&runner) => due.min(Instant::now() + period),
+                _ = self.closed() => return,
+            };
         }
     }
 
