@@ -16,7 +16,6 @@ use crate::keys::{LockKeys, UNLOCK_MESSAGE};
 use crate::lock::Lock;
 use crate::owner::LockOwner;
 use crate::protocol::{Exit, Place, Protocol, Target};
-use crate::release::latch_ttl;
 use crate::script::{
     BoxFuture, Call, FAIR_ACQUIRE, FAIR_ACQUIRE_FAILED, FAIR_FORCE_RELEASE, FAIR_RELEASE,
 };
@@ -127,7 +126,7 @@ impl Protocol for Fair {
         )
     }
 
-    fn release(&self, lock: &Target, owner: &LockOwner, lease_ms: i64, latch: &str) -> Call {
+    fn release(&self, lock: &Target, owner: &LockOwner, lease_ms: i64) -> Call {
         let keys = &lock.keys;
         Call::new(
             &FAIR_RELEASE,
@@ -136,7 +135,6 @@ impl Protocol for Fair {
                 &keys.fair_queue(),
                 &keys.fair_timeouts(),
                 &keys.channel,
-                latch,
             ],
             vec![
                 Value::from(UNLOCK_MESSAGE),
@@ -144,7 +142,6 @@ impl Protocol for Fair {
                 Value::from(&**owner.field()),
                 Value::from(epoch_millis()),
                 lock.publish(),
-                Value::from(millis(latch_ttl(&lock.engine))),
             ],
         )
     }

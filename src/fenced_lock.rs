@@ -145,8 +145,8 @@ impl Protocol for Fenced {
         }
     }
 
-    fn release(&self, lock: &Target, owner: &LockOwner, lease_ms: i64, latch: &str) -> Call {
-        release_call(lock, owner, lease_ms, latch, true)
+    fn release(&self, lock: &Target, owner: &LockOwner, lease_ms: i64) -> Call {
+        release_call(lock, owner, lease_ms, true)
     }
 
     fn force_release(&self, lock: &Target) -> Call {

@@ -3,6 +3,8 @@
 
 use std::sync::Arc;
 
+use fred::types::Value;
+
 /// The unlock message of every exclusive lock and of read unlocks: wakes one waiter.
 pub(crate) const UNLOCK_MESSAGE: &str = "0";
 /// The message of a write unlock: wakes every waiter.
@@ -40,14 +42,21 @@ pub(crate) struct LockKeys {
     pub(crate) raw: Arc<str>,
     /// `redisson_lock__channel:{raw}`: unlock messages of plain, fair, fenced locks.
     pub(crate) channel: Arc<str>,
+    /// `raw` and `channel` as script arguments, made once: sending one again only counts a
+    /// reference.
+    pub(crate) raw_arg: Value,
+    pub(crate) channel_arg: Value,
 }
 
 impl LockKeys {
     /// `raw` is the user's name after the client's name prefix was applied.
     pub(crate) fn new(raw: &str) -> Self {
+        let channel = prefix_name("redisson_lock__channel", raw);
         LockKeys {
+            raw_arg: Value::from(raw),
+            channel_arg: Value::from(channel.as_str()),
             raw: raw.into(),
-            channel: prefix_name("redisson_lock__channel", raw).into(),
+            channel: channel.into(),
         }
     }
 

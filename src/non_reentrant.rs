@@ -122,8 +122,8 @@ impl<P: Protocol> Protocol for NoReentry<P> {
         }
     }
 
-    fn release(&self, lock: &Target, owner: &LockOwner, lease_ms: i64, latch: &str) -> Call {
-        self.0.release(lock, owner, lease_ms, latch)
+    fn release(&self, lock: &Target, owner: &LockOwner, lease_ms: i64) -> Call {
+        self.0.release(lock, owner, lease_ms)
     }
 
     fn force_release(&self, lock: &Target) -> Call {

@@ -1,8 +1,10 @@
 //! Owner identity: who holds a hold, as Redisson writes it (`<client uuid>:<id>`).
 
 use std::fmt;
+use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
+use fred::types::Value;
 use uuid::Uuid;
 
 /// The identity a hold is taken under: the reentrancy key.
@@ -14,11 +16,28 @@ use uuid::Uuid;
 /// Make owners with [`LockClient::new_owner`](crate::LockClient::new_owner). Cloning an owner
 /// shares its reentrancy (for example across spawned tasks that work for the same caller);
 /// lock handles carry no owner, so cloning a handle never does.
-#[derive(Clone, PartialEq, Eq, Hash)]
+#[derive(Clone)]
 pub struct LockOwner {
     client_id: Uuid,
     id: u64,
     field: Arc<str>,
+    /// `field` as a script argument, made once: sending it again only counts a reference.
+    field_arg: Value,
+}
+
+// The field follows from the two parts.
+impl PartialEq for LockOwner {
+    fn eq(&self, other: &Self) -> bool {
+        (self.client_id, self.id) == (other.client_id, other.id)
+    }
+}
+
+impl Eq for LockOwner {}
+
+impl Hash for LockOwner {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        (self.client_id, self.id).hash(state);
+    }
 }
 
 impl LockOwner {
@@ -28,11 +47,12 @@ impl LockOwner {
     /// Java client whose UUID and thread id you know) lets this process re-enter and release
     /// that owner's holds. Never use another live client's UUID for owners of your own.
     pub fn from_parts(client_id: Uuid, id: u64) -> Self {
-        let field = format!("{}:{}", client_id.hyphenated(), id).into();
+        let field = format!("{}:{}", client_id.hyphenated(), id);
         LockOwner {
             client_id,
             id,
-            field,
+            field_arg: Value::from(field.as_str()),
+            field: field.into(),
         }
     }
 
@@ -49,6 +69,11 @@ impl LockOwner {
     /// The hash field of this owner's holds: `<client uuid>:<id>`.
     pub(crate) fn field(&self) -> &Arc<str> {
         &self.field
+    }
+
+    /// [`field`](Self::field) as a script argument.
+    pub(crate) fn field_arg(&self) -> &Value {
+        &self.field_arg
     }
 }
 

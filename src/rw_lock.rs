@@ -21,12 +21,10 @@ use crate::handle::Handle;
 use crate::keys::{self, LockKeys, MODE_FIELD, READ_UNLOCK_MESSAGE, UNLOCK_MESSAGE, WRITE_MODE};
 use crate::owner::LockOwner;
 use crate::protocol::{read_reply, Protocol, Target};
-use crate::release::latch_ttl;
 use crate::script::{
     BoxFuture, Call, Script, READ_ACQUIRE, READ_FORCE_RELEASE, READ_LOCKED, READ_RELEASE,
     WRITE_ACQUIRE, WRITE_FORCE_RELEASE, WRITE_RELEASE,
 };
-use crate::time::millis;
 use crate::wait::Wait;
 use crate::watchdog::Renew;
 
@@ -501,7 +499,7 @@ impl Protocol for Read {
     }
 
     /// A read release ignores the lease: the TTL shrinks to the longest live reader's.
-    fn release(&self, lock: &Target, owner: &LockOwner, _lease_ms: i64, latch: &str) -> Call {
+    fn release(&self, lock: &Target, owner: &LockOwner, _lease_ms: i64) -> Call {
         let keys = &lock.keys;
         Call::new(
             &READ_RELEASE,
@@ -510,13 +508,11 @@ impl Protocol for Read {
                 &keys.rw_channel(),
                 &keys.read_timeout_prefix(owner.field()),
                 &keys.read_key_prefix(),
-                latch,
             ],
             vec![
                 Value::from(UNLOCK_MESSAGE),
                 Value::from(&**owner.field()),
                 lock.publish(),
-                Value::from(millis(latch_ttl(&lock.engine))),
             ],
         )
     }
@@ -585,16 +581,15 @@ impl Protocol for Write {
         }
     }
 
-    fn release(&self, lock: &Target, owner: &LockOwner, lease_ms: i64, latch: &str) -> Call {
+    fn release(&self, lock: &Target, owner: &LockOwner, lease_ms: i64) -> Call {
         Call::new(
             &WRITE_RELEASE,
-            &[&lock.keys.raw, &lock.keys.rw_channel(), latch],
+            &[&lock.keys.raw, &lock.keys.rw_channel()],
             vec![
                 Value::from(READ_UNLOCK_MESSAGE),
                 Value::from(lease_ms),
                 Value::from(&*self.field(owner)),
                 lock.publish(),
-                Value::from(millis(latch_ttl(&lock.engine))),
             ],
         )
     }

@@ -55,6 +55,11 @@ impl Call {
     }
 }
 
+/// A constant script argument, sent without copying it.
+pub(crate) fn static_arg(text: &'static str) -> Value {
+    Value::String(fred::bytes_utils::Str::from_static(text))
+}
+
 /// Runs scripts by EVALSHA. Cheap to clone; its futures own what they need.
 #[derive(Clone)]
 pub(crate) struct ScriptRunner {
