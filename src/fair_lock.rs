@@ -11,6 +11,7 @@ use crate::error::Error;
 #[cfg(doc)]
 use crate::guard::LockGuard;
 use crate::handle::{exclusive_lock, Handle};
+use crate::keys::Str;
 use crate::keys::{LockKeys, UNLOCK_MESSAGE};
 #[cfg(doc)]
 use crate::lock::Lock;
@@ -105,7 +106,7 @@ impl Fair {
 }
 
 impl Protocol for Fair {
-    fn channel(&self, keys: &LockKeys, owner: &LockOwner) -> Arc<str> {
+    fn channel(&self, keys: &LockKeys, owner: &LockOwner) -> Str {
         keys.fair_waiter_channel(owner.field()).into()
     }
 

@@ -132,16 +132,13 @@ impl Renewal {
     }
 
     pub(crate) fn is_lost(&self) -> bool {
-        *self.lost.borrow()
-            || self.lost.has_changed().is_err()
-            || self.ends.is_some_and(|ends| Instant::now() >= ends)
+        self.lost.is_set() || self.ends.is_some_and(|ends| Instant::now() >= ends)
     }
 
     pub(crate) fn lost(&self) -> impl Future<Output = ()> + Send + 'static {
-        let (mut lost, ends) = (self.lost.clone(), self.ends);
+        let (lost, ends) = (self.lost.clone(), self.ends);
         async move {
-            // A closed channel means the registration ended for good: the lease will run out.
-            let signalled = async move { drop(lost.wait_for(|lost| *lost).await) };
+            let signalled = lost.wait();
             match ends {
                 Some(ends) => tokio::select! {
                     _ = signalled => {}

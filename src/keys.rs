@@ -1,9 +1,7 @@
 //! Every Redis key, channel, field suffix and message this crate uses, built by Redisson's
 //! naming rules (protocol §2). Nothing else in the crate formats a Redis name.
 
-use std::sync::Arc;
-
-use fred::types::Value;
+pub(crate) use fred::bytes_utils::Str;
 
 /// The unlock message of every exclusive lock and of read unlocks: wakes one waiter.
 pub(crate) const UNLOCK_MESSAGE: &str = "0";
@@ -38,25 +36,19 @@ pub(crate) fn suffix_name(name: &str, suffix: &str) -> String {
 /// The names derived from one lock's raw (prefixed) name.
 #[derive(Debug, Clone)]
 pub(crate) struct LockKeys {
-    /// The lock hash, which is also the raw name.
-    pub(crate) raw: Arc<str>,
+    /// The lock hash, which is also the raw name. Shared text: a copy, or a script argument
+    /// made of it, only counts a reference.
+    pub(crate) raw: Str,
     /// `redisson_lock__channel:{raw}`: unlock messages of plain, fair, fenced locks.
-    pub(crate) channel: Arc<str>,
-    /// `raw` and `channel` as script arguments, made once: sending one again only counts a
-    /// reference.
-    pub(crate) raw_arg: Value,
-    pub(crate) channel_arg: Value,
+    pub(crate) channel: Str,
 }
 
 impl LockKeys {
     /// `raw` is the user's name after the client's name prefix was applied.
     pub(crate) fn new(raw: &str) -> Self {
-        let channel = prefix_name("redisson_lock__channel", raw);
         LockKeys {
-            raw_arg: Value::from(raw),
-            channel_arg: Value::from(channel.as_str()),
             raw: raw.into(),
-            channel: channel.into(),
+            channel: prefix_name("redisson_lock__channel", raw).into(),
         }
     }
 

@@ -75,7 +75,7 @@ pub(crate) fn force_release_call(lock: &Target, publish: bool) -> Call {
 pub(crate) fn acquire_call(lock: &Target, owner: &LockOwner, lease_ms: i64) -> Call {
     Call {
         script: &LOCK_ACQUIRE,
-        keys: vec![lock.keys.raw_arg.clone()],
+        keys: vec![Value::String(lock.keys.raw.clone())],
         args: vec![Value::from(lease_ms), owner.field_arg().clone()],
     }
 }
@@ -90,7 +90,10 @@ pub(crate) fn release_call(lock: &Target, owner: &LockOwner, lease_ms: i64, publ
     };
     Call {
         script: &LOCK_RELEASE,
-        keys: vec![lock.keys.raw_arg.clone(), lock.keys.channel_arg.clone()],
+        keys: vec![
+            Value::String(lock.keys.raw.clone()),
+            Value::String(lock.keys.channel.clone()),
+        ],
         args: vec![
             static_arg(UNLOCK_MESSAGE),
             Value::from(lease_ms),

@@ -14,6 +14,7 @@ use crate::attempt::Taken;
 use crate::error::{Error, Result};
 use crate::fair_lock::Fair;
 use crate::handle::{exclusive_lock, Handle};
+use crate::keys::Str;
 use crate::keys::{LockKeys, NON_REENTRANT_REACQUIRE};
 #[cfg(doc)]
 use crate::lock::Lock;
@@ -86,7 +87,7 @@ impl<P: Protocol> Protocol for NoReentry<P> {
         self.0.renew(keys)
     }
 
-    fn channel(&self, keys: &LockKeys, owner: &LockOwner) -> Arc<str> {
+    fn channel(&self, keys: &LockKeys, owner: &LockOwner) -> Str {
         self.0.channel(keys, owner)
     }
 

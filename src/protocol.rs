@@ -16,7 +16,7 @@ use parking_lot::Mutex;
 use crate::attempt::{Attempt, Reply, Taken};
 use crate::engine::Engine;
 use crate::error::{map_redis_error, Result};
-use crate::keys::LockKeys;
+use crate::keys::{LockKeys, Str};
 use crate::owner::LockOwner;
 use crate::script::{static_arg, BoxFuture, Call, Script};
 use crate::wait::backoff::Pace;
@@ -64,7 +64,7 @@ impl Target {
     /// [`Error::WrongType`](crate::Error::WrongType) naming the lock.
     pub(crate) fn query_key<T, Fut>(
         &self,
-        query: impl FnOnce(Client, Arc<str>) -> Fut,
+        query: impl FnOnce(Client, Str) -> Fut,
     ) -> BoxFuture<Result<T>>
     where
         T: Send + 'static,
@@ -90,7 +90,7 @@ pub(crate) trait Protocol: Send + Sync + 'static {
     }
 
     /// The channel a waiter of `owner` listens on.
-    fn channel(&self, keys: &LockKeys, _owner: &LockOwner) -> Arc<str> {
+    fn channel(&self, keys: &LockKeys, _owner: &LockOwner) -> Str {
         keys.channel.clone()
     }
 

@@ -18,6 +18,7 @@ use crate::engine::Engine;
 use crate::error::{Error, Result};
 use crate::guard::{Lease, LockGuard};
 use crate::handle::Handle;
+use crate::keys::Str;
 use crate::keys::{self, LockKeys, MODE_FIELD, READ_UNLOCK_MESSAGE, UNLOCK_MESSAGE, WRITE_MODE};
 use crate::owner::LockOwner;
 use crate::protocol::{read_reply, Protocol, Target};
@@ -481,7 +482,7 @@ impl Protocol for Read {
         }
     }
 
-    fn channel(&self, keys: &LockKeys, _owner: &LockOwner) -> Arc<str> {
+    fn channel(&self, keys: &LockKeys, _owner: &LockOwner) -> Str {
         keys.rw_channel().into()
     }
 
@@ -544,7 +545,7 @@ impl Protocol for Write {
         keys::write_field(owner.field()).into()
     }
 
-    fn channel(&self, keys: &LockKeys, _owner: &LockOwner) -> Arc<str> {
+    fn channel(&self, keys: &LockKeys, _owner: &LockOwner) -> Str {
         keys.rw_channel().into()
     }
 

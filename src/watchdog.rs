@@ -11,16 +11,17 @@
 //! when a lease is close to its end.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use fred::types::Value;
 use parking_lot::Mutex;
-use tokio::sync::{watch, Notify};
+use tokio::sync::Notify;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
+use crate::keys::Str;
 use crate::script::{Script, ScriptRunner, READ_RENEW_BATCH, RENEW_BATCH};
 use crate::time::millis;
 use crate::wait::backoff::renewal_retry;
@@ -31,7 +32,7 @@ const BATCH_SIZE: usize = 100;
 /// Identifies one hold: a lock key and the field that holds it, and how it is renewed.
 #[derive(Clone, PartialEq, Eq, Hash, Debug)]
 pub(crate) struct HoldKey {
-    pub(crate) key: Arc<str>,
+    pub(crate) key: Str,
     pub(crate) field: Arc<str>,
     pub(crate) renew: Renew,
 }
@@ -71,7 +72,14 @@ struct Entry {
     /// When the watchdog lease runs out unless renewed (while `renewed > 0`): counted from
     /// before the command that last set it was sent.
     expires: Instant,
-    lost: watch::Sender<bool>,
+    lost: LostSignal,
+}
+
+// However an entry ends, its holds are no longer renewed: its guards are told.
+impl Drop for Entry {
+    fn drop(&mut self) {
+        self.lost.signal();
+    }
 }
 
 impl Entry {
@@ -124,8 +132,40 @@ pub(crate) struct Watchdog {
     wake: Notify,
 }
 
-/// Receives the news that a hold is lost.
-pub(crate) type LostSignal = watch::Receiver<bool>;
+/// The news that a hold is lost, shared by its guards: set once, never cleared. (Leaner
+/// than a `watch` channel, which the registry would keep one of per hold.)
+#[derive(Default)]
+pub(crate) struct Lost {
+    set: AtomicBool,
+    notify: Notify,
+}
+
+pub(crate) type LostSignal = Arc<Lost>;
+
+impl Lost {
+    fn signal(&self) {
+        self.set.store(true, Ordering::Release);
+        self.notify.notify_waiters();
+    }
+
+    pub(crate) fn is_set(&self) -> bool {
+        self.set.load(Ordering::Acquire)
+    }
+
+    /// Completes once the hold is lost.
+    pub(crate) async fn wait(&self) {
+        loop {
+            let notified = self.notify.notified();
+            let mut notified = std::pin::pin!(notified);
+            // Registered before the check, so a signal in between is not missed.
+            notified.as_mut().enable();
+            if self.is_set() {
+                return;
+            }
+            notified.await;
+        }
+    }
+}
 
 impl Watchdog {
     /// `by_slot`: put only holds of one cluster slot in a script (clusters, and proxies in
@@ -159,7 +199,7 @@ impl Watchdog {
         if new_hold {
             if let Some(stale) = registry.holds.remove(&hold) {
                 tracing::warn!(key = %hold.key, field = %hold.field, "hold lost: the owner's new acquisition found it gone");
-                stale.lost.send_replace(true);
+                stale.lost.signal();
             }
         }
         let entry = registry.holds.entry(hold.clone()).or_insert_with(|| Entry {
@@ -172,7 +212,7 @@ impl Watchdog {
             renewed: 0,
             fixed: Vec::new(),
             expires: sent_at + self.timeout,
-            lost: watch::channel(false).0,
+            lost: LostSignal::default(),
         });
         let first_renewed = fixed.is_none() && entry.renewed == 0;
         match fixed {
@@ -191,10 +231,10 @@ impl Watchdog {
             entry_id: entry.id,
             fixed,
         };
-        let signal = entry.lost.subscribe();
+        let signal = entry.lost.clone();
         if closed {
             // Nobody will renew it: say so at once.
-            entry.lost.send_replace(true);
+            entry.lost.signal();
         }
         // The task is not woken: its next tick, at most a period away, renews the new hold
         // in time, since its lease was just set for the whole watchdog timeout.
@@ -280,7 +320,7 @@ impl Watchdog {
             .is_some_and(|entry| Some(entry.id) == id)
         {
             let entry = registry.holds.remove(hold).expect("checked above");
-            entry.lost.send_replace(true);
+            entry.lost.signal();
         }
     }
 
@@ -289,7 +329,7 @@ impl Watchdog {
         let mut registry = self.registry.lock();
         registry.closed = true;
         for (_, entry) in registry.holds.drain() {
-            entry.lost.send_replace(true);
+            entry.lost.signal();
         }
         drop(registry);
         self.wake.notify_one();
@@ -369,7 +409,7 @@ impl Watchdog {
                             }
                             Some(entry) if entry.id == *id => {
                                 tracing::warn!(key = %hold.key, field = %hold.field, "hold lost: it no longer exists in Redis");
-                                entry.lost.send_replace(true);
+                                entry.lost.signal();
                                 registry.holds.remove(hold);
                             }
                             _ => {}
@@ -391,7 +431,7 @@ impl Watchdog {
                         }
                         if entry.expires <= later {
                             tracing::warn!(key = %hold.key, field = %hold.field, "hold lost: Redis unreachable until its lease ran out");
-                            entry.lost.send_replace(true);
+                            entry.lost.signal();
                             registry.holds.remove(hold);
                         } else {
                             // Try again well before the lease ends.
