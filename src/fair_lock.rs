@@ -96,7 +96,7 @@ impl Fair {
                 &keys.channel,
             ],
             vec![
-                Value::from(&**owner.field()),
+                owner.field_arg(),
                 Value::from(wait_ms),
                 Value::from(UNLOCK_MESSAGE),
                 lock.publish(),
@@ -119,7 +119,7 @@ impl Protocol for Fair {
             &[&keys.raw, &keys.fair_queue(), &keys.fair_timeouts()],
             vec![
                 Value::from(lease_ms),
-                Value::from(&**owner.field()),
+                owner.field_arg(),
                 Value::from(Fair::wait_ms(lock, wait)),
                 Value::from(epoch_millis()),
                 Value::from(join),
@@ -140,7 +140,7 @@ impl Protocol for Fair {
             vec![
                 Value::from(UNLOCK_MESSAGE),
                 Value::from(lease_ms),
-                Value::from(&**owner.field()),
+                owner.field_arg(),
                 Value::from(epoch_millis()),
                 lock.publish(),
             ],

@@ -125,7 +125,7 @@ impl Protocol for Fenced {
         Call::new(
             &FENCED_ACQUIRE,
             &[&lock.keys.raw, &lock.keys.fence_token()],
-            vec![Value::from(lease_ms), Value::from(&**owner.field())],
+            vec![Value::from(lease_ms), owner.field_arg()],
         )
     }
 

@@ -76,7 +76,7 @@ pub(crate) fn acquire_call(lock: &Target, owner: &LockOwner, lease_ms: i64) -> C
     Call {
         script: &LOCK_ACQUIRE,
         keys: vec![Value::String(lock.keys.raw.clone())],
-        args: vec![Value::from(lease_ms), owner.field_arg().clone()],
+        args: vec![Value::from(lease_ms), owner.field_arg()],
     }
 }
 
@@ -97,7 +97,7 @@ pub(crate) fn release_call(lock: &Target, owner: &LockOwner, lease_ms: i64, publ
         args: vec![
             static_arg(UNLOCK_MESSAGE),
             Value::from(lease_ms),
-            owner.field_arg().clone(),
+            owner.field_arg(),
             publish,
         ],
     }

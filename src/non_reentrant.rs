@@ -79,7 +79,7 @@ exclusive_lock!(NonReentrantFairLock, NoReentry(Fair));
 struct NoReentry<P>(P);
 
 impl<P: Protocol> Protocol for NoReentry<P> {
-    fn field(&self, owner: &LockOwner) -> Arc<str> {
+    fn field(&self, owner: &LockOwner) -> Str {
         self.0.field(owner)
     }
 

@@ -2,10 +2,11 @@
 
 use std::fmt;
 use std::hash::{Hash, Hasher};
-use std::sync::Arc;
 
 use fred::types::Value;
 use uuid::Uuid;
+
+use crate::keys::Str;
 
 /// The identity a hold is taken under: the reentrancy key.
 ///
@@ -20,9 +21,8 @@ use uuid::Uuid;
 pub struct LockOwner {
     client_id: Uuid,
     id: u64,
-    field: Arc<str>,
-    /// `field` as a script argument, made once: sending it again only counts a reference.
-    field_arg: Value,
+    /// Shared text: a copy, or a script argument made of it, only counts a reference.
+    field: Str,
 }
 
 // The field follows from the two parts.
@@ -47,12 +47,11 @@ impl LockOwner {
     /// Java client whose UUID and thread id you know) lets this process re-enter and release
     /// that owner's holds. Never use another live client's UUID for owners of your own.
     pub fn from_parts(client_id: Uuid, id: u64) -> Self {
-        let field = format!("{}:{}", client_id.hyphenated(), id);
+        let field = format!("{}:{}", client_id.hyphenated(), id).into();
         LockOwner {
             client_id,
             id,
-            field_arg: Value::from(field.as_str()),
-            field: field.into(),
+            field,
         }
     }
 
@@ -67,13 +66,13 @@ impl LockOwner {
     }
 
     /// The hash field of this owner's holds: `<client uuid>:<id>`.
-    pub(crate) fn field(&self) -> &Arc<str> {
+    pub(crate) fn field(&self) -> &Str {
         &self.field
     }
 
     /// [`field`](Self::field) as a script argument.
-    pub(crate) fn field_arg(&self) -> &Value {
-        &self.field_arg
+    pub(crate) fn field_arg(&self) -> Value {
+        Value::String(self.field.clone())
     }
 }
 

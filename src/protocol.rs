@@ -80,7 +80,7 @@ impl Target {
 /// that keeps Redisson's `RLock` hash layout.
 pub(crate) trait Protocol: Send + Sync + 'static {
     /// The hash field of `owner`'s holds (protocol §1).
-    fn field(&self, owner: &LockOwner) -> Arc<str> {
+    fn field(&self, owner: &LockOwner) -> Str {
         owner.field().clone()
     }
 

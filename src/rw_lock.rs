@@ -493,7 +493,7 @@ impl Protocol for Read {
             &[&keys.raw, &keys.read_timeout_prefix(owner.field())],
             vec![
                 Value::from(lease_ms),
-                Value::from(&**owner.field()),
+                owner.field_arg(),
                 Value::from(keys::write_field(owner.field())),
             ],
         )
@@ -512,7 +512,7 @@ impl Protocol for Read {
             ],
             vec![
                 Value::from(UNLOCK_MESSAGE),
-                Value::from(&**owner.field()),
+                owner.field_arg(),
                 lock.publish(),
             ],
         )
@@ -541,7 +541,7 @@ impl Protocol for Read {
 struct Write;
 
 impl Protocol for Write {
-    fn field(&self, owner: &LockOwner) -> Arc<str> {
+    fn field(&self, owner: &LockOwner) -> Str {
         keys::write_field(owner.field()).into()
     }
 
@@ -557,7 +557,7 @@ impl Protocol for Write {
             vec![
                 Value::from(lease_ms),
                 Value::from(&*self.field(owner)),
-                Value::from(&**owner.field()),
+                owner.field_arg(),
             ],
         )
     }

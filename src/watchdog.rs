@@ -33,7 +33,7 @@ const BATCH_SIZE: usize = 100;
 #[derive(Clone, PartialEq, Eq, Hash, Debug)]
 pub(crate) struct HoldKey {
     pub(crate) key: Str,
-    pub(crate) field: Arc<str>,
+    pub(crate) field: Str,
     pub(crate) renew: Renew,
 }
 
@@ -452,10 +452,12 @@ impl Watchdog {
     ) -> (&'static Script, Vec<Value>, Vec<Value>) {
         let ttl = Value::from(millis(self.timeout));
         if !reader {
-            let keys = chunk.iter().map(|(h, _)| Value::from(&*h.key)).collect();
+            let keys = (chunk.iter())
+                .map(|(h, _)| Value::String(h.key.clone()))
+                .collect();
             let mut args = Vec::with_capacity(chunk.len() + 1);
             args.push(ttl);
-            args.extend(chunk.iter().map(|(h, _)| Value::from(&*h.field)));
+            args.extend(chunk.iter().map(|(h, _)| Value::String(h.field.clone())));
             return (&RENEW_BATCH, keys, args);
         }
         // One (key, key prefix) pair per hold, each listing one reader: the reply then tells
@@ -467,10 +469,10 @@ impl Watchdog {
             let Renew::Reader { key_prefix } = &hold.renew else {
                 unreachable!("chunks are grouped by renewal kind")
             };
-            keys.push(Value::from(&*hold.key));
+            keys.push(Value::String(hold.key.clone()));
             keys.push(Value::from(&**key_prefix));
             args.push(Value::from(1_i64));
-            args.push(Value::from(&*hold.field));
+            args.push(Value::String(hold.field.clone()));
         }
         (&READ_RENEW_BATCH, keys, args)
     }
