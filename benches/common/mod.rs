@@ -21,7 +21,7 @@ use fred::clients::Client;
 use fred::interfaces::{ClientLike, LuaInterface, PubsubInterface};
 use fred::types::config::Config;
 use fred::types::{Builder, InfoKind, Key, Value};
-use redisson_lock::{Lock, LockClient, LockOwner};
+use redisson_lock::{Lock, LockClient, LockGuard, LockOwner};
 use tokio::runtime::Runtime;
 use tokio::sync::oneshot;
 
@@ -738,5 +738,86 @@ pub fn median_cost(costs: &[Cost]) -> Cost {
         client_cpu: Duration::from_secs_f64(median(&|c| c.client_cpu.as_secs_f64())),
         redis_cpu: Duration::from_secs_f64(median(&|c| c.redis_cpu.as_secs_f64())),
         allocations: median(&|c| c.allocations),
+    }
+}
+
+/// Takes `n` holds (watchdog lease) on the locks `<prefix><i>` from 64 tasks; one owner per
+/// task.
+pub async fn take_holds(client: &LockClient, prefix: &str, n: usize) -> Vec<LockGuard> {
+    let tasks: Vec<_> = (0..TASKS)
+        .map(|t| {
+            let (client, prefix) = (client.clone(), prefix.to_owned());
+            tokio::spawn(async move {
+                let owner = client.new_owner();
+                let mut guards = Vec::new();
+                for i in (t..n).step_by(TASKS) {
+                    let lock = client.lock(&format!("{prefix}{i}")).unwrap();
+                    guards.push(lock.lock(&owner).await.unwrap());
+                }
+                guards
+            })
+        })
+        .collect();
+    let mut guards = Vec::with_capacity(n);
+    for task in tasks {
+        guards.extend(task.await.unwrap());
+    }
+    guards
+}
+
+/// Releases `guards` from 64 tasks.
+pub async fn release_holds(mut guards: Vec<LockGuard>) {
+    let per_task = guards.len().div_ceil(TASKS).max(1);
+    let mut tasks = Vec::new();
+    while !guards.is_empty() {
+        let chunk = guards.split_off(guards.len().saturating_sub(per_task));
+        tasks.push(tokio::spawn(async move {
+            for guard in chunk {
+                guard.unlock().await.unwrap();
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+}
+
+/// Polls the calls of `command` every 10 ms until `bursts` bursts of calls have started and
+/// ended (no new call for 250 ms). Returns the calls counted at the end and each burst's
+/// length (first call seen to last).
+pub fn bursts(
+    server: &RedisServer,
+    command: &str,
+    bursts: usize,
+    limit: Duration,
+) -> (u64, Vec<Duration>) {
+    const QUIET: Duration = Duration::from_millis(250);
+    let deadline = Instant::now() + limit;
+    let mut last = CommandStats::read(server).calls(command);
+    let mut last_change = Instant::now();
+    let mut seen: Vec<(Instant, Instant)> = Vec::new();
+    let mut in_burst = false;
+    loop {
+        std::thread::sleep(Duration::from_millis(10));
+        let now = Instant::now();
+        let calls = CommandStats::read(server).calls(command);
+        if calls != last {
+            if !in_burst {
+                seen.push((now, now));
+                in_burst = true;
+            }
+            seen.last_mut().unwrap().1 = now;
+            last = calls;
+            last_change = now;
+        } else if in_burst && now - last_change >= QUIET {
+            in_burst = false;
+            if seen.len() == bursts {
+                return (calls, seen.iter().map(|(a, b)| *b - *a).collect());
+            }
+        }
+        assert!(
+            now < deadline,
+            "fewer than {bursts} bursts of {command} within {limit:?}"
+        );
     }
 }
