@@ -88,17 +88,22 @@ pub(crate) fn release_call(lock: &Target, owner: &LockOwner, lease_ms: i64, publ
     } else {
         static_arg("")
     };
+    // Room for the unlock latch the caller appends (a KEY, two ARGV).
+    let mut keys = Vec::with_capacity(3);
+    keys.extend([
+        Value::String(lock.keys.raw.clone()),
+        Value::String(lock.keys.channel.clone()),
+    ]);
+    let mut args = Vec::with_capacity(6);
+    args.extend([
+        static_arg(UNLOCK_MESSAGE),
+        Value::from(lease_ms),
+        owner.field_arg(),
+        publish,
+    ]);
     Call {
         script: &LOCK_RELEASE,
-        keys: vec![
-            Value::String(lock.keys.raw.clone()),
-            Value::String(lock.keys.channel.clone()),
-        ],
-        args: vec![
-            static_arg(UNLOCK_MESSAGE),
-            Value::from(lease_ms),
-            owner.field_arg(),
-            publish,
-        ],
+        keys,
+        args,
     }
 }
