@@ -268,17 +268,19 @@ fn cpu_per_op(rt: &Runtime, server: &RedisServer, ours: &LockClient, bare: &Bare
         println!(
             "cpu_per_op/{tasks}_tasks ({rounds} rounds of {ops} lock+unlock per side, medians): \
              redisson_lock {:.1} µs wall, {:.2} µs client CPU, {:.2} µs Redis CPU, {:.1} \
-             allocations; bare_evalsha {:.1} µs wall, {:.2} µs client CPU, {:.2} µs Redis CPU, \
-             {:.1} allocations; throughput × raw {:.2}, client CPU × raw {client:.2}{}, Redis \
-             CPU × raw {:.2}",
+             allocations, {:.2} context switches; bare_evalsha {:.1} µs wall, {:.2} µs client \
+             CPU, {:.2} µs Redis CPU, {:.1} allocations, {:.2} context switches; throughput × \
+             raw {:.2}, client CPU × raw {client:.2}{}, Redis CPU × raw {:.2}",
             micros(mine.wall),
             micros(mine.client_cpu),
             micros(mine.redis_cpu),
             mine.allocations,
+            mine.switches,
             micros(raw.wall),
             micros(raw.client_cpu),
             micros(raw.redis_cpu),
             raw.allocations,
+            raw.switches,
             ratio(raw.wall, mine.wall),
             if tasks == 1 {
                 format!(" (target ≤ 1.1: {})", verdict(client <= 1.1))

@@ -680,6 +680,26 @@ pub async fn clients(url: &str, n: usize) -> Vec<LockClient> {
     clients
 }
 
+/// Context switches of this process's live threads so far (`/proc/self/task/*/status`).
+pub fn context_switches() -> u64 {
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return 0;
+    };
+    let mut switches = 0;
+    for task in tasks.flatten() {
+        let status = std::fs::read_to_string(task.path().join("status")).unwrap_or_default();
+        for line in status.lines() {
+            if let Some(value) = line
+                .strip_prefix("voluntary_ctxt_switches:")
+                .or_else(|| line.strip_prefix("nonvoluntary_ctxt_switches:"))
+            {
+                switches += value.trim().parse::<u64>().unwrap_or(0);
+            }
+        }
+    }
+    switches
+}
+
 /// CPU time `server` has used so far (`used_cpu_user` + `used_cpu_sys` of `INFO cpu`).
 pub fn redis_cpu(server: &RedisServer) -> Duration {
     let info = server.command(&["INFO", "cpu"]);
@@ -703,6 +723,8 @@ pub struct Cost {
     /// CPU of the redis-server.
     pub redis_cpu: Duration,
     pub allocations: f64,
+    /// Context switches of this process's threads (voluntary and not).
+    pub switches: f64,
 }
 
 /// Runs `work` (`ops` operations) and measures its [`Cost`] per operation.
@@ -713,9 +735,10 @@ pub fn cost_of<F: Future<Output = Duration>>(
     work: F,
 ) -> Cost {
     let (redis0, (cpu0, _), allocs0) = (redis_cpu(server), cpu_time(), allocations());
+    let switches0 = context_switches();
     let wall = rt.block_on(work);
     let (cpu1, _) = cpu_time();
-    let allocs1 = allocations();
+    let (allocs1, switches1) = (allocations(), context_switches());
     let redis1 = redis_cpu(server);
     let n = ops as u32;
     Cost {
@@ -723,6 +746,7 @@ pub fn cost_of<F: Future<Output = Duration>>(
         client_cpu: (cpu1 - cpu0) / n,
         redis_cpu: (redis1 - redis0) / n,
         allocations: (allocs1 - allocs0) as f64 / ops as f64,
+        switches: switches1.saturating_sub(switches0) as f64 / ops as f64,
     }
 }
 
@@ -738,6 +762,7 @@ pub fn median_cost(costs: &[Cost]) -> Cost {
         client_cpu: Duration::from_secs_f64(median(&|c| c.client_cpu.as_secs_f64())),
         redis_cpu: Duration::from_secs_f64(median(&|c| c.redis_cpu.as_secs_f64())),
         allocations: median(&|c| c.allocations),
+        switches: median(&|c| c.switches),
     }
 }
 
