@@ -28,9 +28,8 @@
 
 mod common;
 
-use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
-use std::sync::atomic::{AtomicIsize, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -42,138 +41,8 @@ use redisson_lock::{
 };
 use tokio::runtime::Runtime;
 
-/// Live heap bytes of the process: what was allocated and not yet freed (requested sizes,
-/// without the allocator's own overhead).
-static LIVE_HEAP: AtomicIsize = AtomicIsize::new(0);
-
-/// The system allocator, counting [`LIVE_HEAP`].
-struct Counting;
-
-// SAFETY: every call is forwarded to `System` unchanged; only a counter is updated.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        let ptr = System.alloc(layout);
-        if !ptr.is_null() {
-            LIVE_HEAP.fetch_add(layout.size() as isize, Ordering::Relaxed);
-        }
-        ptr
-    }
-
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        let ptr = System.alloc_zeroed(layout);
-        if !ptr.is_null() {
-            LIVE_HEAP.fetch_add(layout.size() as isize, Ordering::Relaxed);
-        }
-        ptr
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        System.dealloc(ptr, layout);
-        LIVE_HEAP.fetch_sub(layout.size() as isize, Ordering::Relaxed);
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        let new = System.realloc(ptr, layout, new_size);
-        if !new.is_null() {
-            LIVE_HEAP.fetch_add(
-                new_size as isize - layout.size() as isize,
-                Ordering::Relaxed,
-            );
-        }
-        new
-    }
-}
-
-#[global_allocator]
-static ALLOCATOR: Counting = Counting;
-
-fn live_heap() -> isize {
-    LIVE_HEAP.load(Ordering::Relaxed)
-}
-
 // ---------------------------------------------------------------------------------------
 // watchdog_10k
-
-/// Takes `n` holds (watchdog lease) on the locks `<prefix><i>` from 64 tasks; one owner per
-/// task.
-async fn take_holds(client: &LockClient, prefix: &str, n: usize) -> Vec<LockGuard> {
-    let tasks: Vec<_> = (0..TASKS)
-        .map(|t| {
-            let (client, prefix) = (client.clone(), prefix.to_owned());
-            tokio::spawn(async move {
-                let owner = client.new_owner();
-                let mut guards = Vec::new();
-                for i in (t..n).step_by(TASKS) {
-                    let lock = client.lock(&format!("{prefix}{i}")).unwrap();
-                    guards.push(lock.lock(&owner).await.unwrap());
-                }
-                guards
-            })
-        })
-        .collect();
-    let mut guards = Vec::with_capacity(n);
-    for task in tasks {
-        guards.extend(task.await.unwrap());
-    }
-    guards
-}
-
-/// Releases `guards` from 64 tasks.
-async fn release_holds(mut guards: Vec<LockGuard>) {
-    let per_task = guards.len().div_ceil(TASKS).max(1);
-    let mut tasks = Vec::new();
-    while !guards.is_empty() {
-        let chunk = guards.split_off(guards.len().saturating_sub(per_task));
-        tasks.push(tokio::spawn(async move {
-            for guard in chunk {
-                guard.unlock().await.unwrap();
-            }
-        }));
-    }
-    for task in tasks {
-        task.await.unwrap();
-    }
-}
-
-/// Polls the calls of `command` every 10 ms until `bursts` bursts of calls have started and
-/// ended (no new call for 250 ms). Returns the calls counted at the end and each burst's
-/// length (first call seen to last).
-fn bursts(
-    server: &RedisServer,
-    command: &str,
-    bursts: usize,
-    limit: Duration,
-) -> (u64, Vec<Duration>) {
-    const QUIET: Duration = Duration::from_millis(250);
-    let deadline = Instant::now() + limit;
-    let mut last = CommandStats::read(server).calls(command);
-    let mut last_change = Instant::now();
-    let mut seen: Vec<(Instant, Instant)> = Vec::new();
-    let mut in_burst = false;
-    loop {
-        std::thread::sleep(Duration::from_millis(10));
-        let now = Instant::now();
-        let calls = CommandStats::read(server).calls(command);
-        if calls != last {
-            if !in_burst {
-                seen.push((now, now));
-                in_burst = true;
-            }
-            seen.last_mut().unwrap().1 = now;
-            last = calls;
-            last_change = now;
-        } else if in_burst && now - last_change >= QUIET {
-            in_burst = false;
-            if seen.len() == bursts {
-                return (calls, seen.iter().map(|(a, b)| *b - *a).collect());
-            }
-        }
-        assert!(
-            now < deadline,
-            "fewer than {bursts} bursts of {command} within {limit:?}"
-        );
-    }
-}
 
 /// Waits until no `command` was counted for 250 ms (the latch task's UNLINKs after a wave of
 /// releases, for example).

@@ -2,6 +2,9 @@
 //! run, on a private redis-server. Results and targets: `docs/benchmarks.md`.
 //!
 //! Groups:
+//! - `cpu_per_op` (a measurement, not a criterion benchmark): what one lock + unlock costs
+//!   the client process (CPU, heap allocations) and the redis-server (CPU, from `INFO
+//!   cpu`), ours and the bare scripts in alternating rounds, from 1 task and from 64 tasks.
 //! - `uncontended`: one task, lock + unlock of a `Lock` (watchdog lease) vs the Redisson hash
 //!   protocol as two bare EVALSHA calls on a fred `Client` (acquire, release).
 //! - `parallel_64`: the same from 64 tasks, each on its own lock, one client for all.
@@ -209,7 +212,88 @@ fn handoff(c: &mut Criterion, rt: &Runtime, (a, b): (&LockClient, &LockClient), 
     }
 }
 
+/// Client CPU, Redis CPU and allocations per lock + unlock, ours and raw in alternating
+/// rounds, from 1 task and from 64 tasks (each its own lock).
+///
+/// For profiling one side (`perf record -p <pid>`): `PROFILE_SIDE=ours` or `PROFILE_SIDE=raw`
+/// runs only that side, 64 tasks, for 40 rounds.
+fn cpu_per_op(rt: &Runtime, server: &RedisServer, ours: &LockClient, bare: &Bare, args: &Args) {
+    if !args.runs("cpu_per_op") {
+        return;
+    }
+    let profile = std::env::var("PROFILE_SIDE").ok();
+    let (rounds, scale) = match (&profile, args.full) {
+        (Some(_), _) => (40, 1),
+        (None, true) => (15, 1),
+        (None, false) => (1, 20),
+    };
+    let sizes: &[(usize, u64)] = match profile {
+        Some(_) => &[(TASKS, 12_800)],
+        None => &[(1, 2_000), (TASKS, 12_800)],
+    };
+    let runs = |side: &str| profile.as_deref().is_none_or(|p| p == side);
+    for &(tasks, ops) in sizes {
+        let ops = ops / scale;
+        let locks: Vec<_> = (0..tasks)
+            .map(|i| {
+                let lock = ours.lock(&format!("bench:cpu:{tasks}:{i}")).unwrap();
+                (lock, ours.new_owner())
+            })
+            .collect();
+        let bare_locks: Vec<_> = (0..tasks)
+            .map(|i| bare.lock(&format!("bench:bare:cpu:{tasks}:{i}"), &i.to_string()))
+            .collect();
+        rt.block_on(ours_parallel(&locks, ops)); // warm-up
+        rt.block_on(bare_parallel(bare, &bare_locks, ops));
+        let (mut mine, mut raw) = (Vec::new(), Vec::new());
+        for _ in 0..rounds {
+            if runs("ours") {
+                mine.push(cost_of(rt, server, ops, ours_parallel(&locks, ops)));
+            }
+            if runs("raw") {
+                raw.push(cost_of(
+                    rt,
+                    server,
+                    ops,
+                    bare_parallel(bare, &bare_locks, ops),
+                ));
+            }
+        }
+        if mine.is_empty() || raw.is_empty() {
+            continue; // profiling one side
+        }
+        let (mine, raw) = (median_cost(&mine), median_cost(&raw));
+        let ratio = |a: Duration, b: Duration| a.as_secs_f64() / b.as_secs_f64();
+        let client = ratio(mine.client_cpu, raw.client_cpu);
+        println!(
+            "cpu_per_op/{tasks}_tasks ({rounds} rounds of {ops} lock+unlock per side, medians): \
+             redisson_lock {:.1} µs wall, {:.2} µs client CPU, {:.2} µs Redis CPU, {:.1} \
+             allocations, {:.2} context switches; bare_evalsha {:.1} µs wall, {:.2} µs client \
+             CPU, {:.2} µs Redis CPU, {:.1} allocations, {:.2} context switches; throughput × \
+             raw {:.2}, client CPU × raw {client:.2}{}, Redis CPU × raw {:.2}",
+            micros(mine.wall),
+            micros(mine.client_cpu),
+            micros(mine.redis_cpu),
+            mine.allocations,
+            mine.switches,
+            micros(raw.wall),
+            micros(raw.client_cpu),
+            micros(raw.redis_cpu),
+            raw.allocations,
+            raw.switches,
+            ratio(raw.wall, mine.wall),
+            if tasks == 1 {
+                format!(" (target ≤ 1.1: {})", verdict(client <= 1.1))
+            } else {
+                String::new()
+            },
+            ratio(mine.redis_cpu, raw.redis_cpu),
+        );
+    }
+}
+
 fn main() {
+    let args = Args::parse();
     let server = RedisServer::start();
     let rt = runtime();
     let url = server.url();
@@ -221,6 +305,7 @@ fn main() {
     println!("private redis-server at {url} ({})", redis_version(&server));
     print_load("at the start");
 
+    cpu_per_op(&rt, &server, &a, &bare, &args);
     let mut c = Criterion::default().configure_from_args();
     uncontended(&mut c, &rt, &a, &bare);
     parallel(&mut c, &rt, &a, &bare);

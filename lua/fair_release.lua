@@ -5,13 +5,14 @@
 -- KEYS[2]  waiting list redisson_lock_queue:{<raw>} (owner fields, head = next in line)
 -- KEYS[3]  waiter deadlines redisson_lock_timeout:{<raw>} (zset, score = epoch ms)
 -- KEYS[4]  channel base redisson_lock__channel:{<raw>}; the head <h> is told on <base>:<h>
--- KEYS[5]  unlock latch redisson_unlock_latch:{<raw>}:<request id>
+-- KEYS[5]  unlock latch redisson_unlock_latch:{<raw>}:<id>
 -- ARGV[1]  unlock message, always "0"
 -- ARGV[2]  lease in ms that a partial release resets the TTL to
 -- ARGV[3]  owner field <client uuid>:<owner id>
 -- ARGV[4]  now: the caller's wall clock in epoch ms
 -- ARGV[5]  how to tell waiters: publish, spublish or both (see publish.lua)
 -- ARGV[6]  latch TTL in ms
+-- ARGV[7]  request id of this release, the same for its resends
 --
 -- Reply: nil when the owner holds nothing; 0 when holds remain (re-entered; the TTL is
 --        reset to the lease); 1 when the lock was freed and the head waiter was told.
@@ -25,9 +26,10 @@
 local key, queue, deadlines, channel_base, latch = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local message, lease, owner = ARGV[1], valid_ms(ARGV[2]), ARGV[3]
 local now, publish, latch_ttl = tonumber(ARGV[4]), ARGV[5], valid_ms(ARGV[6])
+local request = ARGV[7]
 
 check_may_publish(publish, channel_base, message)
-local replayed, reply = latch_replay(latch)
+local replayed, reply = latch_replay(latch, request)
 if replayed then
     return reply
 end
@@ -35,7 +37,7 @@ purge_stale_heads(queue, deadlines, now)
 
 if redis.call('exists', key) == 0 then
     tell_head(queue, channel_base, publish, message)
-    return latch_record(latch, latch_ttl, nil)
+    return latch_record(latch, latch_ttl, request, nil)
 end
 local released = release_hold(key, owner, lease)
 if released == nil then
@@ -44,4 +46,4 @@ end
 if released == 1 then
     tell_head(queue, channel_base, publish, message)
 end
-return latch_record(latch, latch_ttl, released)
+return latch_record(latch, latch_ttl, request, released)

@@ -5,11 +5,12 @@
 -- KEYS[3]  this reader's timeout prefix {<raw>}:<owner field>:rwlock_timeout
 -- KEYS[4]  key prefix every reader's timeout prefix starts with: {<raw>}, or <raw> when it
 --          has a '{'; reader <f>'s hold #i is <key prefix>:<f>:rwlock_timeout:<i>
--- KEYS[5]  unlock latch redisson_unlock_latch:{<raw>}:<request id>
+-- KEYS[5]  unlock latch redisson_unlock_latch:{<raw>}:<id>
 -- ARGV[1]  unlock message, always "0"
 -- ARGV[2]  owner field <client uuid>:<owner id>
 -- ARGV[3]  how to tell waiters: publish, spublish or both (see publish.lua)
 -- ARGV[4]  latch TTL in ms
+-- ARGV[5]  request id of this release, the same for its resends
 --
 -- Reply: nil when the owner holds no read hold; 0 when the lock is still held (by this
 --        owner's other holds, other readers, or the writer), its TTL then shrunk to the
@@ -25,9 +26,10 @@
 -- replay 1; here the latch holds "none", which replays as nil. Other clients see the same.
 local key, channel, timeout_prefix, key_prefix, latch = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local message, owner, publish, latch_ttl = ARGV[1], ARGV[2], ARGV[3], valid_ms(ARGV[4])
+local request = ARGV[5]
 
 check_may_publish(publish, channel, message)
-local replayed, reply = latch_replay(latch)
+local replayed, reply = latch_replay(latch, request)
 if replayed then
     return reply
 end
@@ -35,7 +37,7 @@ end
 local mode = redis.call('hget', key, 'mode')
 if not mode then
     notify(publish, channel, message)
-    return latch_record(latch, latch_ttl, nil)
+    return latch_record(latch, latch_ttl, request, nil)
 end
 if redis.call('hexists', key, owner) == 0 then
     return nil
@@ -61,13 +63,13 @@ if redis.call('hlen', key) > 1 then
     end
     if longest > 0 then
         redis.call('pexpire', key, longest)
-        return latch_record(latch, latch_ttl, 0)
+        return latch_record(latch, latch_ttl, request, 0)
     end
     if mode == 'write' then
-        return latch_record(latch, latch_ttl, 0)
+        return latch_record(latch, latch_ttl, request, 0)
     end
 end
 
 redis.call('del', key)
 notify(publish, channel, message)
-return latch_record(latch, latch_ttl, 1)
+return latch_record(latch, latch_ttl, request, 1)

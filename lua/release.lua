@@ -1,32 +1,38 @@
--- Shared by the release scripts that keep Redisson's unlock latch (see src/script.rs): the
--- latch redisson_unlock_latch:{<raw>}:<request id>, and the release of one hold.
+-- Shared by the release scripts that keep an unlock latch (see src/script.rs and
+-- src/latches.rs): the latch redisson_unlock_latch:{<raw>}:<id>, which records
+-- "<request id>:<outcome>" of the last release that used it, and the release of one hold.
 
--- What the latch records when the owner held nothing. Java records only numbers; a number
+-- The outcome recorded when the owner held nothing. Java records only numbers; a number
 -- here would replay as a release that happened.
 local NOT_HELD = 'none'
 
--- A resent release (same request id, so the same latch) must not release a second time:
--- returns true and the reply its first run recorded (nil for NOT_HELD), or false when
--- nothing is recorded and this is the first run.
-local function latch_replay(latch)
+-- A resent release (same request id) must not release a second time: returns true and the
+-- reply its first run recorded (nil for NOT_HELD), or false when the latch records no run of
+-- this request (nothing, or another, earlier request of the same latch key).
+local function latch_replay(latch, request)
     local recorded = redis.call('get', latch)
     if not recorded then
         return false
     end
-    if recorded == NOT_HELD then
+    local prefix = request .. ':'
+    if string.sub(recorded, 1, #prefix) ~= prefix then
+        return false
+    end
+    local outcome = string.sub(recorded, #prefix + 1)
+    if outcome == NOT_HELD then
         return true, nil
     end
-    return true, tonumber(recorded)
+    return true, tonumber(outcome)
 end
 
--- Records the reply `outcome` (0, 1, or nil for "not held") in the latch for `ttl` ms, so
--- that a resend replays it; returns it for the script to reply.
-local function latch_record(latch, ttl, outcome)
+-- Records the reply `outcome` (0, 1, or nil for "not held") of `request` in the latch for
+-- `ttl` ms, so that a resend replays it; returns it for the script to reply.
+local function latch_record(latch, ttl, request, outcome)
     local value = outcome
     if value == nil then
         value = NOT_HELD
     end
-    redis.call('set', latch, value, 'px', ttl)
+    redis.call('set', latch, request .. ':' .. value, 'px', ttl)
     return outcome
 end
 

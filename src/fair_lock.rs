@@ -11,12 +11,12 @@ use crate::error::Error;
 #[cfg(doc)]
 use crate::guard::LockGuard;
 use crate::handle::{exclusive_lock, Handle};
+use crate::keys::Str;
 use crate::keys::{LockKeys, UNLOCK_MESSAGE};
 #[cfg(doc)]
 use crate::lock::Lock;
 use crate::owner::LockOwner;
 use crate::protocol::{Exit, Place, Protocol, Target};
-use crate::release::latch_ttl;
 use crate::script::{
     BoxFuture, Call, FAIR_ACQUIRE, FAIR_ACQUIRE_FAILED, FAIR_FORCE_RELEASE, FAIR_RELEASE,
 };
@@ -96,7 +96,7 @@ impl Fair {
                 &keys.channel,
             ],
             vec![
-                Value::from(&**owner.field()),
+                owner.field_arg(),
                 Value::from(wait_ms),
                 Value::from(UNLOCK_MESSAGE),
                 lock.publish(),
@@ -110,7 +110,7 @@ impl Protocol for Fair {
         "fair_lock"
     }
 
-    fn channel(&self, keys: &LockKeys, owner: &LockOwner) -> Arc<str> {
+    fn channel(&self, keys: &LockKeys, owner: &LockOwner) -> Str {
         keys.fair_waiter_channel(owner.field()).into()
     }
 
@@ -123,7 +123,7 @@ impl Protocol for Fair {
             &[&keys.raw, &keys.fair_queue(), &keys.fair_timeouts()],
             vec![
                 Value::from(lease_ms),
-                Value::from(&**owner.field()),
+                owner.field_arg(),
                 Value::from(Fair::wait_ms(lock, wait)),
                 Value::from(epoch_millis()),
                 Value::from(join),
@@ -131,7 +131,7 @@ impl Protocol for Fair {
         )
     }
 
-    fn release(&self, lock: &Target, owner: &LockOwner, lease_ms: i64, latch: &str) -> Call {
+    fn release(&self, lock: &Target, owner: &LockOwner, lease_ms: i64) -> Call {
         let keys = &lock.keys;
         Call::new(
             &FAIR_RELEASE,
@@ -140,15 +140,13 @@ impl Protocol for Fair {
                 &keys.fair_queue(),
                 &keys.fair_timeouts(),
                 &keys.channel,
-                latch,
             ],
             vec![
                 Value::from(UNLOCK_MESSAGE),
                 Value::from(lease_ms),
-                Value::from(&**owner.field()),
+                owner.field_arg(),
                 Value::from(epoch_millis()),
                 lock.publish(),
-                Value::from(millis(latch_ttl(&lock.engine))),
             ],
         )
     }

@@ -129,7 +129,7 @@ impl Protocol for Fenced {
         Call::new(
             &FENCED_ACQUIRE,
             &[&lock.keys.raw, &lock.keys.fence_token()],
-            vec![Value::from(lease_ms), Value::from(&**owner.field())],
+            vec![Value::from(lease_ms), owner.field_arg()],
         )
     }
 
@@ -149,8 +149,8 @@ impl Protocol for Fenced {
         }
     }
 
-    fn release(&self, lock: &Target, owner: &LockOwner, lease_ms: i64, latch: &str) -> Call {
-        release_call(lock, owner, lease_ms, latch, true)
+    fn release(&self, lock: &Target, owner: &LockOwner, lease_ms: i64) -> Call {
+        release_call(lock, owner, lease_ms, true)
     }
 
     fn force_release(&self, lock: &Target) -> Call {

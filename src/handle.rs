@@ -51,6 +51,7 @@ impl Handle {
                 name: name.into(),
                 keys: LockKeys::new(&raw),
                 kind: Box::new(kind),
+                latches: Default::default(),
             }),
             lease: Lease::WATCHDOG,
             wait,

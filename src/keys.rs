@@ -1,7 +1,7 @@
 //! Every Redis key, channel, field suffix and message this crate uses, built by Redisson's
 //! naming rules (protocol §2). Nothing else in the crate formats a Redis name.
 
-use std::sync::Arc;
+pub(crate) use fred::bytes_utils::Str;
 
 /// The unlock message of every exclusive lock and of read unlocks: wakes one waiter.
 pub(crate) const UNLOCK_MESSAGE: &str = "0";
@@ -36,10 +36,11 @@ pub(crate) fn suffix_name(name: &str, suffix: &str) -> String {
 /// The names derived from one lock's raw (prefixed) name.
 #[derive(Debug, Clone)]
 pub(crate) struct LockKeys {
-    /// The lock hash, which is also the raw name.
-    pub(crate) raw: Arc<str>,
+    /// The lock hash, which is also the raw name. Shared text: a copy, or a script argument
+    /// made of it, only counts a reference.
+    pub(crate) raw: Str,
     /// `redisson_lock__channel:{raw}`: unlock messages of plain, fair, fenced locks.
-    pub(crate) channel: Arc<str>,
+    pub(crate) channel: Str,
 }
 
 impl LockKeys {

@@ -9,9 +9,7 @@ use crate::handle::{exclusive_lock, Handle};
 use crate::keys::UNLOCK_MESSAGE;
 use crate::owner::LockOwner;
 use crate::protocol::{Protocol, Target};
-use crate::release::latch_ttl;
-use crate::script::{Call, LOCK_ACQUIRE, LOCK_FORCE_RELEASE, LOCK_RELEASE};
-use crate::time::millis;
+use crate::script::{static_arg, Call, LOCK_ACQUIRE, LOCK_FORCE_RELEASE, LOCK_RELEASE};
 use crate::wait::Wait;
 
 /// A reentrant distributed lock, shared with Java's `RLock` of the same name.
@@ -54,8 +52,8 @@ impl Protocol for Reentrant {
         acquire_call(lock, owner, lease_ms)
     }
 
-    fn release(&self, lock: &Target, owner: &LockOwner, lease_ms: i64, latch: &str) -> Call {
-        release_call(lock, owner, lease_ms, latch, true)
+    fn release(&self, lock: &Target, owner: &LockOwner, lease_ms: i64) -> Call {
+        release_call(lock, owner, lease_ms, true)
     }
 
     fn force_release(&self, lock: &Target) -> Call {
@@ -79,36 +77,37 @@ pub(crate) fn force_release_call(lock: &Target, publish: bool) -> Call {
 
 /// `lua/lock_acquire.lua` (§3.2).
 pub(crate) fn acquire_call(lock: &Target, owner: &LockOwner, lease_ms: i64) -> Call {
-    Call::new(
-        &LOCK_ACQUIRE,
-        &[&lock.keys.raw],
-        vec![Value::from(lease_ms), Value::from(&**owner.field())],
-    )
+    Call {
+        script: &LOCK_ACQUIRE,
+        keys: vec![Value::String(lock.keys.raw.clone())],
+        args: vec![Value::from(lease_ms), owner.field_arg()],
+    }
 }
 
 /// `lua/lock_release.lua` (§3.4); `publish`: whether the last release tells the waiters
 /// (a spin lock's does not, §8.1).
-pub(crate) fn release_call(
-    lock: &Target,
-    owner: &LockOwner,
-    lease_ms: i64,
-    latch: &str,
-    publish: bool,
-) -> Call {
+pub(crate) fn release_call(lock: &Target, owner: &LockOwner, lease_ms: i64, publish: bool) -> Call {
     let publish = if publish {
         lock.publish()
     } else {
-        Value::from("")
+        static_arg("")
     };
-    Call::new(
-        &LOCK_RELEASE,
-        &[&lock.keys.raw, &lock.keys.channel, latch],
-        vec![
-            Value::from(UNLOCK_MESSAGE),
-            Value::from(lease_ms),
-            Value::from(&**owner.field()),
-            publish,
-            Value::from(millis(latch_ttl(&lock.engine))),
-        ],
-    )
+    // Room for the unlock latch the caller appends (a KEY, two ARGV).
+    let mut keys = Vec::with_capacity(3);
+    keys.extend([
+        Value::String(lock.keys.raw.clone()),
+        Value::String(lock.keys.channel.clone()),
+    ]);
+    let mut args = Vec::with_capacity(6);
+    args.extend([
+        static_arg(UNLOCK_MESSAGE),
+        Value::from(lease_ms),
+        owner.field_arg(),
+        publish,
+    ]);
+    Call {
+        script: &LOCK_RELEASE,
+        keys,
+        args,
+    }
 }

@@ -14,6 +14,7 @@ use crate::attempt::Taken;
 use crate::error::{Error, Result};
 use crate::fair_lock::Fair;
 use crate::handle::{exclusive_lock, Handle};
+use crate::keys::Str;
 use crate::keys::{LockKeys, NON_REENTRANT_REACQUIRE};
 #[cfg(doc)]
 use crate::lock::Lock;
@@ -85,7 +86,7 @@ impl<P: Protocol> Protocol for NoReentry<P> {
         self.1
     }
 
-    fn field(&self, owner: &LockOwner) -> Arc<str> {
+    fn field(&self, owner: &LockOwner) -> Str {
         self.0.field(owner)
     }
 
@@ -93,7 +94,7 @@ impl<P: Protocol> Protocol for NoReentry<P> {
         self.0.renew(keys)
     }
 
-    fn channel(&self, keys: &LockKeys, owner: &LockOwner) -> Arc<str> {
+    fn channel(&self, keys: &LockKeys, owner: &LockOwner) -> Str {
         self.0.channel(keys, owner)
     }
 
@@ -129,8 +130,8 @@ impl<P: Protocol> Protocol for NoReentry<P> {
         }
     }
 
-    fn release(&self, lock: &Target, owner: &LockOwner, lease_ms: i64, latch: &str) -> Call {
-        self.0.release(lock, owner, lease_ms, latch)
+    fn release(&self, lock: &Target, owner: &LockOwner, lease_ms: i64) -> Call {
+        self.0.release(lock, owner, lease_ms)
     }
 
     fn force_release(&self, lock: &Target) -> Call {

@@ -1,9 +1,12 @@
 //! Owner identity: who holds a hold, as Redisson writes it (`<client uuid>:<id>`).
 
 use std::fmt;
-use std::sync::Arc;
+use std::hash::{Hash, Hasher};
 
+use fred::types::Value;
 use uuid::Uuid;
+
+use crate::keys::Str;
 
 /// The identity a hold is taken under: the reentrancy key.
 ///
@@ -14,11 +17,27 @@ use uuid::Uuid;
 /// Make owners with [`LockClient::new_owner`](crate::LockClient::new_owner). Cloning an owner
 /// shares its reentrancy (for example across spawned tasks that work for the same caller);
 /// lock handles carry no owner, so cloning a handle never does.
-#[derive(Clone, PartialEq, Eq, Hash)]
+#[derive(Clone)]
 pub struct LockOwner {
     client_id: Uuid,
     id: u64,
-    field: Arc<str>,
+    /// Shared text: a copy, or a script argument made of it, only counts a reference.
+    field: Str,
+}
+
+// The field follows from the two parts.
+impl PartialEq for LockOwner {
+    fn eq(&self, other: &Self) -> bool {
+        (self.client_id, self.id) == (other.client_id, other.id)
+    }
+}
+
+impl Eq for LockOwner {}
+
+impl Hash for LockOwner {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        (self.client_id, self.id).hash(state);
+    }
 }
 
 impl LockOwner {
@@ -47,8 +66,13 @@ impl LockOwner {
     }
 
     /// The hash field of this owner's holds: `<client uuid>:<id>`.
-    pub(crate) fn field(&self) -> &Arc<str> {
+    pub(crate) fn field(&self) -> &Str {
         &self.field
+    }
+
+    /// [`field`](Self::field) as a script argument.
+    pub(crate) fn field_arg(&self) -> Value {
+        Value::String(self.field.clone())
     }
 }
 

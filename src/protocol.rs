@@ -11,13 +11,14 @@ use fred::clients::Client;
 use fred::error::Error as RedisError;
 use fred::interfaces::HashesInterface;
 use fred::types::Value;
+use parking_lot::Mutex;
 
 use crate::attempt::{Attempt, Reply, Taken};
 use crate::engine::Engine;
 use crate::error::{map_redis_error, Result};
-use crate::keys::LockKeys;
+use crate::keys::{LockKeys, Str};
 use crate::owner::LockOwner;
-use crate::script::{BoxFuture, Call, Script};
+use crate::script::{static_arg, BoxFuture, Call, Script};
 use crate::wait::backoff::Pace;
 use crate::wait::{Wait, WaitStrategy};
 use crate::watchdog::{HoldKey, Renew};
@@ -30,6 +31,18 @@ pub(crate) struct Target {
     pub(crate) name: Arc<str>,
     pub(crate) keys: LockKeys,
     pub(crate) kind: Box<dyn Protocol>,
+    /// Unlock latch keys of this handle's earlier releases, free for the next ones (see
+    /// `latches.rs`).
+    pub(crate) latches: Mutex<Vec<Value>>,
+}
+
+impl Drop for Target {
+    fn drop(&mut self) {
+        let keys = std::mem::take(self.latches.get_mut());
+        if !keys.is_empty() {
+            self.engine.latches.retire(keys);
+        }
+    }
 }
 
 impl Target {
@@ -44,14 +57,14 @@ impl Target {
 
     /// How the scripts must publish (see `lua/publish.lua`).
     pub(crate) fn publish(&self) -> Value {
-        Value::from(self.engine.publish_command())
+        static_arg(self.engine.publish_command())
     }
 
     /// Runs `query` on the lock's key; a key of another type becomes
     /// [`Error::WrongType`](crate::Error::WrongType) naming the lock.
     pub(crate) fn query_key<T, Fut>(
         &self,
-        query: impl FnOnce(Client, Arc<str>) -> Fut,
+        query: impl FnOnce(Client, Str) -> Fut,
     ) -> BoxFuture<Result<T>>
     where
         T: Send + 'static,
@@ -70,7 +83,7 @@ pub(crate) trait Protocol: Send + Sync + 'static {
     fn kind(&self) -> &'static str;
 
     /// The hash field of `owner`'s holds (protocol §1).
-    fn field(&self, owner: &LockOwner) -> Arc<str> {
+    fn field(&self, owner: &LockOwner) -> Str {
         owner.field().clone()
     }
 
@@ -80,7 +93,7 @@ pub(crate) trait Protocol: Send + Sync + 'static {
     }
 
     /// The channel a waiter of `owner` listens on.
-    fn channel(&self, keys: &LockKeys, _owner: &LockOwner) -> Arc<str> {
+    fn channel(&self, keys: &LockKeys, _owner: &LockOwner) -> Str {
         keys.channel.clone()
     }
 
@@ -104,8 +117,10 @@ pub(crate) trait Protocol: Send + Sync + 'static {
     }
 
     /// The script releasing one hold of `owner`; a partial release resets the TTL to
-    /// `lease_ms`; `latch` names the request's unlock latch (protocol §3.4).
-    fn release(&self, lock: &Target, owner: &LockOwner, lease_ms: i64, latch: &str) -> Call;
+    /// `lease_ms`. Without the unlock latch (protocol §3.4), which the caller appends: every
+    /// release script takes it as its last KEY, and its TTL and request id as its last two
+    /// ARGV.
+    fn release(&self, lock: &Target, owner: &LockOwner, lease_ms: i64) -> Call;
 
     /// The script freeing the lock whoever holds it; it replies 1 when it freed something.
     fn force_release(&self, lock: &Target) -> Call;

@@ -1,15 +1,19 @@
 //! Releasing one hold: the kind's release script, resent with the same request id when
 //! its reply is lost (the unlock latch replays the first outcome instead of releasing twice,
-//! protocol §3.4), and the registry of holds brought in line with the reply.
+//! protocol §3.4; see `latches.rs`), and the registry of holds brought in line with the reply.
 
 use std::time::Duration;
 
+use fred::types::Value;
+
 use crate::engine::Engine;
 use crate::error::{Error, Result};
+use crate::latches::Latch;
 use crate::observe;
 use crate::owner::LockOwner;
 use crate::protocol::Target;
-use crate::script::{nil_or_int, Call};
+use crate::script::nil_or_int;
+use crate::time::millis;
 use crate::wait::backoff::{release_resend_pause, RELEASE_SENDS};
 
 /// What a release did.
@@ -81,15 +85,21 @@ pub(crate) async fn replicated(lock: &Target) -> Result<()> {
 /// is lost.
 pub(crate) async fn release(lock: &Target, owner: &LockOwner, lease_ms: i64) -> Result<Released> {
     let engine = &lock.engine;
-    let latch = lock.keys.unlock_latch(&engine.latches.request_id());
-    let Call { script, keys, args } = lock.kind.release(lock, owner, lease_ms, &latch);
+    let latch = Latch {
+        key: lock
+            .latches
+            .lock()
+            .pop()
+            .unwrap_or_else(|| engine.latches.new_key(&lock.keys)),
+        request: engine.latches.request_id(),
+    };
+    let latch_ttl = Value::from(millis(latch_ttl(engine)));
     let mut sent = 1;
-    let reply = loop {
-        let call = Call {
-            script,
-            keys: keys.clone(),
-            args: args.clone(),
-        };
+    let (reply, script) = loop {
+        let mut call = lock.kind.release(lock, owner, lease_ms);
+        let script = call.script;
+        call.keys.push(latch.key.clone());
+        call.args.extend([latch_ttl.clone(), latch.request.clone()]);
         match engine.run(call, &lock.name).await {
             Err(error) if error.is_retryable() && sent < RELEASE_SENDS => {
                 tracing::debug!(%error, lock = %lock.name, "release failed; resending");
@@ -97,11 +107,15 @@ pub(crate) async fn release(lock: &Target, owner: &LockOwner, lease_ms: i64) -> 
                 tokio::time::sleep(release_resend_pause(sent)).await;
                 sent += 1;
             }
-            reply => break reply?,
+            reply => break (reply, script),
         }
     };
-    // The latch only serves resends of this request.
-    engine.latches.answered(latch);
+    if sent == 1 && reply.is_ok() {
+        // Answered at its only send: nothing of this request can still run, so the key may
+        // record the handle's next release.
+        lock.latches.lock().push(latch.key);
+    }
+    let reply = reply?;
     Ok(match nil_or_int(script, reply)? {
         None => Released::NotHeld,
         Some(0) => Released::Partly,

@@ -18,15 +18,14 @@ use crate::engine::Engine;
 use crate::error::{Error, Result};
 use crate::guard::{Lease, LockGuard};
 use crate::handle::Handle;
+use crate::keys::Str;
 use crate::keys::{self, LockKeys, MODE_FIELD, READ_UNLOCK_MESSAGE, UNLOCK_MESSAGE, WRITE_MODE};
 use crate::owner::LockOwner;
 use crate::protocol::{read_reply, Protocol, Target};
-use crate::release::latch_ttl;
 use crate::script::{
     BoxFuture, Call, Script, READ_ACQUIRE, READ_FORCE_RELEASE, READ_LOCKED, READ_RELEASE,
     WRITE_ACQUIRE, WRITE_FORCE_RELEASE, WRITE_RELEASE,
 };
-use crate::time::millis;
 use crate::wait::Wait;
 use crate::watchdog::Renew;
 
@@ -487,7 +486,7 @@ impl Protocol for Read {
         }
     }
 
-    fn channel(&self, keys: &LockKeys, _owner: &LockOwner) -> Arc<str> {
+    fn channel(&self, keys: &LockKeys, _owner: &LockOwner) -> Str {
         keys.rw_channel().into()
     }
 
@@ -498,14 +497,14 @@ impl Protocol for Read {
             &[&keys.raw, &keys.read_timeout_prefix(owner.field())],
             vec![
                 Value::from(lease_ms),
-                Value::from(&**owner.field()),
+                owner.field_arg(),
                 Value::from(keys::write_field(owner.field())),
             ],
         )
     }
 
     /// A read release ignores the lease: the TTL shrinks to the longest live reader's.
-    fn release(&self, lock: &Target, owner: &LockOwner, _lease_ms: i64, latch: &str) -> Call {
+    fn release(&self, lock: &Target, owner: &LockOwner, _lease_ms: i64) -> Call {
         let keys = &lock.keys;
         Call::new(
             &READ_RELEASE,
@@ -514,13 +513,11 @@ impl Protocol for Read {
                 &keys.rw_channel(),
                 &keys.read_timeout_prefix(owner.field()),
                 &keys.read_key_prefix(),
-                latch,
             ],
             vec![
                 Value::from(UNLOCK_MESSAGE),
-                Value::from(&**owner.field()),
+                owner.field_arg(),
                 lock.publish(),
-                Value::from(millis(latch_ttl(&lock.engine))),
             ],
         )
     }
@@ -552,11 +549,11 @@ impl Protocol for Write {
         "write_lock"
     }
 
-    fn field(&self, owner: &LockOwner) -> Arc<str> {
+    fn field(&self, owner: &LockOwner) -> Str {
         keys::write_field(owner.field()).into()
     }
 
-    fn channel(&self, keys: &LockKeys, _owner: &LockOwner) -> Arc<str> {
+    fn channel(&self, keys: &LockKeys, _owner: &LockOwner) -> Str {
         keys.rw_channel().into()
     }
 
@@ -568,7 +565,7 @@ impl Protocol for Write {
             vec![
                 Value::from(lease_ms),
                 Value::from(&*self.field(owner)),
-                Value::from(&**owner.field()),
+                owner.field_arg(),
             ],
         )
     }
@@ -593,16 +590,15 @@ impl Protocol for Write {
         }
     }
 
-    fn release(&self, lock: &Target, owner: &LockOwner, lease_ms: i64, latch: &str) -> Call {
+    fn release(&self, lock: &Target, owner: &LockOwner, lease_ms: i64) -> Call {
         Call::new(
             &WRITE_RELEASE,
-            &[&lock.keys.raw, &lock.keys.rw_channel(), latch],
+            &[&lock.keys.raw, &lock.keys.rw_channel()],
             vec![
                 Value::from(READ_UNLOCK_MESSAGE),
                 Value::from(lease_ms),
                 Value::from(&*self.field(owner)),
                 lock.publish(),
-                Value::from(millis(latch_ttl(&lock.engine))),
             ],
         )
     }

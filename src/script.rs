@@ -13,6 +13,7 @@ use fred::types::config::Options;
 use fred::types::{ClusterHash, CustomCommand, Value};
 
 use crate::error::{is_noscript, Error, Result};
+use crate::keys::Str;
 
 pub(crate) type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
 
@@ -20,7 +21,8 @@ pub(crate) type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>
 pub(crate) struct Script {
     pub(crate) name: &'static str,
     pub(crate) lua: &'static str,
-    sha: OnceLock<String>,
+    /// Shared text: sending it only counts a reference.
+    sha: OnceLock<Str>,
 }
 
 impl Script {
@@ -33,8 +35,9 @@ impl Script {
     }
 
     /// The SHA-1 Redis files the script under (what EVALSHA names).
-    pub(crate) fn sha(&self) -> &str {
-        self.sha.get_or_init(|| fred::util::sha1_hash(self.lua))
+    pub(crate) fn sha(&self) -> &Str {
+        self.sha
+            .get_or_init(|| fred::util::sha1_hash(self.lua).into())
     }
 }
 
@@ -53,6 +56,11 @@ impl Call {
             args,
         }
     }
+}
+
+/// A constant script argument, sent without copying it.
+pub(crate) fn static_arg(text: &'static str) -> Value {
+    Value::String(fred::bytes_utils::Str::from_static(text))
 }
 
 /// Runs scripts by EVALSHA. Cheap to clone; its futures own what they need.
@@ -93,20 +101,24 @@ impl ScriptRunner {
         let redis = self.redis.clone();
         Box::pin(async move {
             let command = || CustomCommand::new_static("EVALSHA", ClusterHash::Custom(slot), false);
-            let mut argv = Vec::with_capacity(2 + keys.len() + args.len());
-            argv.push(Value::from(script.sha()));
-            argv.push(Value::from(keys.len() as i64));
-            argv.extend(keys);
-            argv.extend(args);
+            // Built from `keys` and `args` again for a retry after NOSCRIPT.
+            let argv = || {
+                let mut argv = Vec::with_capacity(2 + keys.len() + args.len());
+                argv.push(Value::String(script.sha().clone()));
+                argv.push(Value::from(keys.len() as i64));
+                argv.extend_from_slice(&keys);
+                argv.extend_from_slice(&args);
+                argv
+            };
             let client = redis.with_options(&options);
-            match client.custom::<Value, Value>(command(), argv.clone()).await {
+            match client.custom::<Value, Value>(command(), argv()).await {
                 Err(error) if is_noscript(&error) => {
                     tracing::debug!(
                         script = script.name,
                         "script not cached by Redis; loading it"
                     );
                     redis.script_load_cluster::<Value, _>(script.lua).await?;
-                    client.custom::<Value, Value>(command(), argv).await
+                    client.custom::<Value, Value>(command(), argv()).await
                 }
                 reply => reply,
             }
@@ -210,7 +222,7 @@ mod tests {
             }
             assert_eq!(script.sha().len(), 40);
             assert!(
-                shas.insert(script.sha().to_owned()),
+                shas.insert(script.sha().to_string()),
                 "{} shares its SHA",
                 script.name
             );

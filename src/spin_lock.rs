@@ -80,8 +80,8 @@ impl Protocol for Spin {
         acquire_call(lock, owner, lease_ms)
     }
 
-    fn release(&self, lock: &Target, owner: &LockOwner, lease_ms: i64, latch: &str) -> Call {
-        release_call(lock, owner, lease_ms, latch, false)
+    fn release(&self, lock: &Target, owner: &LockOwner, lease_ms: i64) -> Call {
+        release_call(lock, owner, lease_ms, false)
     }
 
     fn force_release(&self, lock: &Target) -> Call {

@@ -26,6 +26,7 @@ use tokio::sync::{watch, Notify};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
+use crate::keys::Str;
 use crate::observe;
 use crate::script::{Script, ScriptRunner, READ_RENEW_BATCH, RENEW_BATCH};
 use crate::time::millis;
@@ -37,8 +38,8 @@ const BATCH_SIZE: usize = 100;
 /// Identifies one hold: a lock key and the field that holds it, and how it is renewed.
 #[derive(Clone, PartialEq, Eq, Hash, Debug)]
 pub(crate) struct HoldKey {
-    pub(crate) key: Arc<str>,
-    pub(crate) field: Arc<str>,
+    pub(crate) key: Str,
+    pub(crate) field: Str,
     pub(crate) renew: Renew,
 }
 
@@ -198,7 +199,7 @@ pub(crate) struct Watchdog {
     timeout: Duration,
     /// Group holds by cluster slot (else every hold is filed under slot 0).
     by_slot: bool,
-    /// Wakes the task when a hold needs renewing.
+    /// Wakes the task when the client closes.
     wake: Notify,
 }
 
@@ -282,10 +283,8 @@ impl Watchdog {
             // Nobody will renew it: say so at once.
             entry.lose();
         }
-        drop(registry);
-        if first_renewed {
-            self.wake.notify_one();
-        }
+        // The task is not woken: its next tick, at most a period away, renews the new hold
+        // in time, since its lease was just set for the whole watchdog timeout.
         (ticket, signal)
     }
 
@@ -393,30 +392,21 @@ impl Watchdog {
             .count()
     }
 
-    /// The renewal loop; returns when the client shuts down.
+    /// The renewal loop; returns when the client shuts down. It ticks every period whether
+    /// or not there are holds: waking it on each new hold instead would cost a task wake-up
+    /// per acquisition, while a tick with nothing to renew sends nothing.
     pub(crate) async fn run(self: Arc<Self>, runner: ScriptRunner) {
         let period = self.timeout / 3;
+        let mut next = Instant::now() + period;
         loop {
-            // Sleep while there is nothing to renew, so an idle client costs nothing.
-            let idle = {
-                let registry = self.registry.lock();
-                if registry.closed {
-                    return;
-                }
-                registry.holds.values().all(|entry| entry.renewed == 0)
-            };
-            if idle {
-                self.wake.notified().await;
-                continue;
-            }
-            let next = tokio::select! {
-                next = self.renew_all(&runner) => next,
-                _ = self.closed() => return,
-            };
             tokio::select! {
-                _ = tokio::time::sleep_until(next.min(Instant::now() + period)) => {}
+                _ = tokio::time::sleep_until(next) => {}
                 _ = self.closed() => return,
             }
+            next = tokio::select! {
+                due = self.renew_all(&runner) => due.min(Instant::now() + period),
+                _ = self.closed() => return,
+            };
         }
     }
 
@@ -534,10 +524,12 @@ impl Watchdog {
     ) -> (&'static Script, Vec<Value>, Vec<Value>) {
         let ttl = Value::from(millis(self.timeout));
         if !reader {
-            let keys = chunk.iter().map(|(h, _)| Value::from(&*h.key)).collect();
+            let keys = (chunk.iter())
+                .map(|(h, _)| Value::String(h.key.clone()))
+                .collect();
             let mut args = Vec::with_capacity(chunk.len() + 1);
             args.push(ttl);
-            args.extend(chunk.iter().map(|(h, _)| Value::from(&*h.field)));
+            args.extend(chunk.iter().map(|(h, _)| Value::String(h.field.clone())));
             return (&RENEW_BATCH, keys, args);
         }
         // One (key, key prefix) pair per hold, each listing one reader: the reply then tells
@@ -549,10 +541,10 @@ impl Watchdog {
             let Renew::Reader { key_prefix } = &hold.renew else {
                 unreachable!("chunks are grouped by renewal kind")
             };
-            keys.push(Value::from(&*hold.key));
+            keys.push(Value::String(hold.key.clone()));
             keys.push(Value::from(&**key_prefix));
             args.push(Value::from(1_i64));
-            args.push(Value::from(&*hold.field));
+            args.push(Value::String(hold.field.clone()));
         }
         (&READ_RENEW_BATCH, keys, args)
     }

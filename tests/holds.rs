@@ -373,7 +373,7 @@ async fn every_script_checks_its_durations_before_writing() {
         for (lease_arg, latch_ttl) in [("30000", lease), (lease, "10000")] {
             let reply = server.command(&[
                 "EVAL", &release, "3", "held", "c", "latch", "0", lease_arg, "me:1", "PUBLISH",
-                latch_ttl,
+                latch_ttl, "1",
             ]);
             assert!(reply.starts_with("ERR"), "release with {lease}: {reply}");
             assert_eq!(server.command(&["HGET", "held", "me:1"]), "2");

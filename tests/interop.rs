@@ -78,7 +78,15 @@ async fn our_hold_looks_exactly_like_redissons() {
     assert!((5_000..=10_000).contains(&ttl), "{ttl}");
     g.unlock().await.unwrap();
     guard.unlock().await.unwrap();
-    // The unlock latches are deleted right after their release.
+    // A handle keeps the unlock latches of its releases for its next ones (same key, same
+    // slot as the lock) and deletes them when it is dropped.
+    let latches = server.command(&["KEYS", "redisson_unlock_latch:*"]);
+    let mut latches: Vec<&str> = latches.lines().collect();
+    latches.sort();
+    assert_eq!(latches.len(), 2, "{latches:?}");
+    assert!(latches[0].starts_with("redisson_unlock_latch:{orders}:"));
+    assert!(latches[1].starts_with("redisson_unlock_latch:{user:7}:cart:"));
+    drop((lock, fixed));
     eventually(5 * SECOND, "latches deleted", || {
         server.command(&["DBSIZE"]) == "0"
     })
@@ -136,57 +144,49 @@ async fn the_watchdog_never_renews_a_hold_that_is_not_ours() {
 #[tokio::test]
 async fn the_unlock_latch_makes_a_resent_release_idempotent() {
     // Run the release script twice with one request id, as a resend after a lost reply
-    // does: the second run replays the first outcome and releases nothing more.
+    // does: the second run replays the first outcome and releases nothing more. A later
+    // request on the same latch key (the handle's next release) runs for real.
     let server = RedisServer::start();
     let release = &lua("lock_release");
-    server.command(&["HSET", "latched", "me:1", "2"]);
-    let run = || {
+    server.command(&["HSET", "latched", "me:1", "3"]);
+    let latch = "redisson_unlock_latch:{latched}:l1";
+    let run = |owner: &str, request: &str| {
         server.command(&[
             "EVAL",
             release,
             "3",
             "latched",
             "redisson_lock__channel:{latched}",
-            "redisson_unlock_latch:{latched}:r1",
+            latch,
             "0",
             "30000",
-            "me:1",
+            owner,
             "PUBLISH",
             "10000",
+            request,
         ])
     };
-    assert_eq!(run(), "0");
-    assert_eq!(run(), "0", "replayed");
+    assert_eq!(run("me:1", "7"), "0");
+    assert_eq!(run("me:1", "7"), "0", "replayed");
     assert_eq!(
         server.command(&["HGET", "latched", "me:1"]),
-        "1",
+        "2",
         "released once"
     );
-    assert_eq!(
-        server.command(&["GET", "redisson_unlock_latch:{latched}:r1"]),
-        "0"
-    );
-    let ttl = pttl(&server, "redisson_unlock_latch:{latched}:r1");
+    assert_eq!(server.command(&["GET", latch]), "7:0");
+    let ttl = pttl(&server, latch);
     assert!(ttl > 5_000 && ttl <= 10_000, "{ttl}");
-    // Not the owner: nil, and no latch written.
-    assert_eq!(
-        server.command(&[
-            "EVAL",
-            release,
-            "3",
-            "latched",
-            "c",
-            "redisson_unlock_latch:{latched}:r2",
-            "0",
-            "30000",
-            "stranger:1",
-            "PUBLISH",
-            "10000",
-        ]),
-        "(nil)"
-    );
-    assert_eq!(
-        server.command(&["EXISTS", "redisson_unlock_latch:{latched}:r2"]),
-        "0"
-    );
+    // The next request overwrites the record: a request id that only starts like another
+    // is another request.
+    assert_eq!(run("me:1", "70"), "0");
+    assert_eq!(server.command(&["HGET", "latched", "me:1"]), "1");
+    assert_eq!(run("me:1", "8"), "1");
+    assert_eq!(run("me:1", "8"), "1", "replayed");
+    assert_eq!(server.command(&["EXISTS", "latched"]), "0");
+    assert_eq!(server.command(&["GET", latch]), "8:1");
+    // Not the owner: nil, and the latch is left as it was.
+    server.command(&["HSET", "latched", "me:1", "1"]);
+    assert_eq!(run("stranger:1", "9"), "(nil)");
+    assert_eq!(server.command(&["GET", latch]), "8:1");
+    assert_eq!(server.command(&["HGET", "latched", "me:1"]), "1");
 }

@@ -9,9 +9,11 @@
 #[path = "../../tests/support/server.rs"]
 pub mod server;
 
+use std::alloc::{GlobalAlloc, Layout, System};
 use std::collections::HashSet;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicIsize, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -19,11 +21,72 @@ use fred::clients::Client;
 use fred::interfaces::{ClientLike, LuaInterface, PubsubInterface};
 use fred::types::config::Config;
 use fred::types::{Builder, InfoKind, Key, Value};
-use redisson_lock::{Lock, LockClient, LockOwner};
+use redisson_lock::{Lock, LockClient, LockGuard, LockOwner};
 use tokio::runtime::Runtime;
 use tokio::sync::oneshot;
 
 pub use server::RedisServer;
+
+/// Live heap bytes of the process: what was allocated and not yet freed (requested sizes,
+/// without the allocator's own overhead).
+static LIVE_HEAP: AtomicIsize = AtomicIsize::new(0);
+/// Heap allocations made so far (`alloc`, `alloc_zeroed` and `realloc` calls).
+static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
+
+/// The system allocator, counting [`LIVE_HEAP`] and [`ALLOCATIONS`].
+struct Counting;
+
+impl Counting {
+    fn grew(by: isize) {
+        LIVE_HEAP.fetch_add(by, Ordering::Relaxed);
+        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+// SAFETY: every call is forwarded to `System` unchanged; only counters are updated.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        let ptr = System.alloc(layout);
+        if !ptr.is_null() {
+            Counting::grew(layout.size() as isize);
+        }
+        ptr
+    }
+
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        let ptr = System.alloc_zeroed(layout);
+        if !ptr.is_null() {
+            Counting::grew(layout.size() as isize);
+        }
+        ptr
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        System.dealloc(ptr, layout);
+        LIVE_HEAP.fetch_sub(layout.size() as isize, Ordering::Relaxed);
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        let new = System.realloc(ptr, layout, new_size);
+        if !new.is_null() {
+            Counting::grew(new_size as isize - layout.size() as isize);
+        }
+        new
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: Counting = Counting;
+
+/// Live heap bytes now (see [`LIVE_HEAP`]).
+pub fn live_heap() -> isize {
+    LIVE_HEAP.load(Ordering::Relaxed)
+}
+
+/// Heap allocations made so far by the whole process.
+pub fn allocations() -> u64 {
+    ALLOCATIONS.load(Ordering::Relaxed)
+}
 
 /// Redisson's acquire, bare: HINCRBY + PEXPIRE and nil when taken or re-entered, the
 /// holder's PTTL when busy.
@@ -615,4 +678,171 @@ pub async fn clients(url: &str, n: usize) -> Vec<LockClient> {
         clients.push(LockClient::connect(url).await.unwrap());
     }
     clients
+}
+
+/// Context switches of this process's live threads so far (`/proc/self/task/*/status`).
+pub fn context_switches() -> u64 {
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return 0;
+    };
+    let mut switches = 0;
+    for task in tasks.flatten() {
+        let status = std::fs::read_to_string(task.path().join("status")).unwrap_or_default();
+        for line in status.lines() {
+            if let Some(value) = line
+                .strip_prefix("voluntary_ctxt_switches:")
+                .or_else(|| line.strip_prefix("nonvoluntary_ctxt_switches:"))
+            {
+                switches += value.trim().parse::<u64>().unwrap_or(0);
+            }
+        }
+    }
+    switches
+}
+
+/// CPU time `server` has used so far (`used_cpu_user` + `used_cpu_sys` of `INFO cpu`).
+pub fn redis_cpu(server: &RedisServer) -> Duration {
+    let info = server.command(&["INFO", "cpu"]);
+    let seconds: f64 = (info.lines())
+        .filter_map(|line| {
+            let value = line
+                .strip_prefix("used_cpu_user:")
+                .or_else(|| line.strip_prefix("used_cpu_sys:"))?;
+            value.trim().parse::<f64>().ok()
+        })
+        .sum();
+    Duration::from_secs_f64(seconds)
+}
+
+/// What one run of a workload cost, per operation.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Cost {
+    pub wall: Duration,
+    /// CPU of this process (every thread, by schedstat).
+    pub client_cpu: Duration,
+    /// CPU of the redis-server.
+    pub redis_cpu: Duration,
+    pub allocations: f64,
+    /// Context switches of this process's threads (voluntary and not).
+    pub switches: f64,
+}
+
+/// Runs `work` (`ops` operations) and measures its [`Cost`] per operation.
+pub fn cost_of<F: Future<Output = Duration>>(
+    rt: &Runtime,
+    server: &RedisServer,
+    ops: u64,
+    work: F,
+) -> Cost {
+    let (redis0, (cpu0, _), allocs0) = (redis_cpu(server), cpu_time(), allocations());
+    let switches0 = context_switches();
+    let wall = rt.block_on(work);
+    let (cpu1, _) = cpu_time();
+    let (allocs1, switches1) = (allocations(), context_switches());
+    let redis1 = redis_cpu(server);
+    let n = ops as u32;
+    Cost {
+        wall: wall / n,
+        client_cpu: (cpu1 - cpu0) / n,
+        redis_cpu: (redis1 - redis0) / n,
+        allocations: (allocs1 - allocs0) as f64 / ops as f64,
+        switches: switches1.saturating_sub(switches0) as f64 / ops as f64,
+    }
+}
+
+/// The median of each field over `costs`.
+pub fn median_cost(costs: &[Cost]) -> Cost {
+    let median = |f: &dyn Fn(&Cost) -> f64| {
+        let mut values: Vec<f64> = costs.iter().map(f).collect();
+        values.sort_by(|a, b| a.partial_cmp(b).unwrap());
+        values[values.len() / 2]
+    };
+    Cost {
+        wall: Duration::from_secs_f64(median(&|c| c.wall.as_secs_f64())),
+        client_cpu: Duration::from_secs_f64(median(&|c| c.client_cpu.as_secs_f64())),
+        redis_cpu: Duration::from_secs_f64(median(&|c| c.redis_cpu.as_secs_f64())),
+        allocations: median(&|c| c.allocations),
+        switches: median(&|c| c.switches),
+    }
+}
+
+/// Takes `n` holds (watchdog lease) on the locks `<prefix><i>` from 64 tasks; one owner per
+/// task.
+pub async fn take_holds(client: &LockClient, prefix: &str, n: usize) -> Vec<LockGuard> {
+    let tasks: Vec<_> = (0..TASKS)
+        .map(|t| {
+            let (client, prefix) = (client.clone(), prefix.to_owned());
+            tokio::spawn(async move {
+                let owner = client.new_owner();
+                let mut guards = Vec::new();
+                for i in (t..n).step_by(TASKS) {
+                    let lock = client.lock(&format!("{prefix}{i}")).unwrap();
+                    guards.push(lock.lock(&owner).await.unwrap());
+                }
+                guards
+            })
+        })
+        .collect();
+    let mut guards = Vec::with_capacity(n);
+    for task in tasks {
+        guards.extend(task.await.unwrap());
+    }
+    guards
+}
+
+/// Releases `guards` from 64 tasks.
+pub async fn release_holds(mut guards: Vec<LockGuard>) {
+    let per_task = guards.len().div_ceil(TASKS).max(1);
+    let mut tasks = Vec::new();
+    while !guards.is_empty() {
+        let chunk = guards.split_off(guards.len().saturating_sub(per_task));
+        tasks.push(tokio::spawn(async move {
+            for guard in chunk {
+                guard.unlock().await.unwrap();
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+}
+
+/// Polls the calls of `command` every 10 ms until `bursts` bursts of calls have started and
+/// ended (no new call for 250 ms). Returns the calls counted at the end and each burst's
+/// length (first call seen to last).
+pub fn bursts(
+    server: &RedisServer,
+    command: &str,
+    bursts: usize,
+    limit: Duration,
+) -> (u64, Vec<Duration>) {
+    const QUIET: Duration = Duration::from_millis(250);
+    let deadline = Instant::now() + limit;
+    let mut last = CommandStats::read(server).calls(command);
+    let mut last_change = Instant::now();
+    let mut seen: Vec<(Instant, Instant)> = Vec::new();
+    let mut in_burst = false;
+    loop {
+        std::thread::sleep(Duration::from_millis(10));
+        let now = Instant::now();
+        let calls = CommandStats::read(server).calls(command);
+        if calls != last {
+            if !in_burst {
+                seen.push((now, now));
+                in_burst = true;
+            }
+            seen.last_mut().unwrap().1 = now;
+            last = calls;
+            last_change = now;
+        } else if in_burst && now - last_change >= QUIET {
+            in_burst = false;
+            if seen.len() == bursts {
+                return (calls, seen.iter().map(|(a, b)| *b - *a).collect());
+            }
+        }
+        assert!(
+            now < deadline,
+            "fewer than {bursts} bursts of {command} within {limit:?}"
+        );
+    }
 }
