@@ -6,7 +6,6 @@ mod support;
 
 use std::time::Duration;
 
-use fred::prelude::*;
 use redisson_lock::{LockClient, LockClientBuilder};
 use support::topology::{SentinelSetup, SERVICE};
 use support::*;
@@ -55,35 +54,13 @@ async fn sentinel_clients_exclude_and_wake_each_other_through_a_failover() {
         .unwrap();
 
     // Exclusion: a read-modify-write counter never loses an update.
-    let counter = "sentinel-counter";
-    let mut tasks = Vec::new();
-    for client in [&by_url, &by_builder] {
-        for _ in 0..3 {
-            let (lock, redis) = (
-                client.lock("sentinel-exclusion").unwrap(),
-                client.redis().clone(),
-            );
-            let me = client.new_owner();
-            tasks.push(tokio::spawn(async move {
-                for _ in 0..20 {
-                    let guard = lock.lock(&me).await.unwrap();
-                    let value: Option<i64> = redis.get(counter).await.unwrap();
-                    tokio::task::yield_now().await;
-                    let _: () = redis
-                        .set(counter, value.unwrap_or(0) + 1, None, None, false)
-                        .await
-                        .unwrap();
-                    guard.unlock().await.unwrap();
-                }
-            }));
-        }
-    }
-    for task in tasks {
-        within(60 * SECOND, "the counting tasks", task)
-            .await
-            .unwrap();
-    }
-    let total: i64 = by_url.redis().get(counter).await.unwrap();
+    let total = count_under_lock(
+        &[by_url.clone(), by_builder.clone()],
+        "sentinel-exclusion",
+        3,
+        20,
+    )
+    .await;
     assert_eq!(total, 2 * 3 * 20);
 
     // Every kind that waits by message wakes a waiter in the other client.

@@ -326,3 +326,42 @@ pub async fn every_kind_wakes<F, Fut>(
     let read = within(WAKE, "reader", reading).await.unwrap().unwrap();
     read.unlock().await.unwrap();
 }
+
+/// `tasks` tasks in each client add 1, `rounds` times each, to a counter next to the lock
+/// `name` by a read-modify-write that loses updates unless the lock excludes; returns the
+/// counter.
+pub async fn count_under_lock(
+    clients: &[LockClient],
+    name: &str,
+    tasks: usize,
+    rounds: usize,
+) -> i64 {
+    use fred::interfaces::KeysInterface;
+    let counter = format!("{{{name}}}:counter");
+    let redis = clients[0].redis().clone();
+    let mut running = Vec::new();
+    for client in clients {
+        for _ in 0..tasks {
+            let (lock, redis) = (client.lock(name).unwrap(), redis.clone());
+            let (me, counter) = (client.new_owner(), counter.clone());
+            running.push(tokio::spawn(async move {
+                for _ in 0..rounds {
+                    let guard = lock.lock(&me).await.unwrap();
+                    let value: Option<i64> = redis.get(&counter).await.unwrap();
+                    tokio::task::yield_now().await;
+                    let _: () = redis
+                        .set(&counter, value.unwrap_or(0) + 1, None, None, false)
+                        .await
+                        .unwrap();
+                    guard.unlock().await.unwrap();
+                }
+            }));
+        }
+    }
+    for task in running {
+        within(60 * SECOND, "the counting tasks", task)
+            .await
+            .unwrap();
+    }
+    redis.get(&counter).await.unwrap()
+}
