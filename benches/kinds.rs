@@ -44,20 +44,6 @@ use tokio::runtime::Runtime;
 // ---------------------------------------------------------------------------------------
 // watchdog_10k
 
-/// Waits until no `command` was counted for 250 ms (the latch task's UNLINKs after a wave of
-/// releases, for example).
-fn await_quiet(server: &RedisServer, command: &str) {
-    let mut last = CommandStats::read(server).calls(command);
-    let mut since = Instant::now();
-    while since.elapsed() < Duration::from_millis(250) {
-        std::thread::sleep(Duration::from_millis(10));
-        let calls = CommandStats::read(server).calls(command);
-        if calls != last {
-            (last, since) = (calls, Instant::now());
-        }
-    }
-}
-
 /// CPU of this process over `window` of doing nothing on the bench's side; prints it and
 /// returns the share of one core by schedstat, in %.
 fn cpu_share(label: &str, window: Duration) -> f64 {

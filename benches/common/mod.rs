@@ -846,3 +846,17 @@ pub fn bursts(
         );
     }
 }
+
+/// Waits until no `command` was counted for 250 ms (the latch task's UNLINKs after a wave of
+/// releases, for example).
+pub fn await_quiet(server: &RedisServer, command: &str) {
+    let mut last = CommandStats::read(server).calls(command);
+    let mut since = Instant::now();
+    while since.elapsed() < Duration::from_millis(250) {
+        std::thread::sleep(Duration::from_millis(10));
+        let calls = CommandStats::read(server).calls(command);
+        if calls != last {
+            (last, since) = (calls, Instant::now());
+        }
+    }
+}

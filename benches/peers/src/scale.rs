@@ -8,7 +8,7 @@ use redisson_lock::LockClient;
 use tokio::runtime::Runtime;
 
 use crate::common::{
-    bursts, cpu_time, live_heap, micros, millis, release_holds, rss_bytes, take_holds,
+    await_quiet, bursts, cpu_time, live_heap, micros, millis, release_holds, rss_bytes, take_holds,
     CommandStats, RedisServer,
 };
 use crate::{quantile, write_csv, Run, Shared};
@@ -23,19 +23,6 @@ fn cpu_share(window: Duration) -> f64 {
     std::thread::sleep(window);
     let (after, _) = cpu_time();
     (after - before).as_secs_f64() / start.elapsed().as_secs_f64() * 100.0
-}
-
-/// Waits until the server counts no new `command` for 250 ms.
-fn await_quiet(server: &RedisServer, command: &str) {
-    let mut last = CommandStats::read(server).calls(command);
-    let mut since = Instant::now();
-    while since.elapsed() < Duration::from_millis(250) {
-        std::thread::sleep(Duration::from_millis(10));
-        let calls = CommandStats::read(server).calls(command);
-        if calls != last {
-            (last, since) = (calls, Instant::now());
-        }
-    }
 }
 
 pub fn holds(rt: &Runtime, run: &Run) {
