@@ -226,3 +226,23 @@ async fn a_timed_waiter_woken_at_its_deadline_does_not_swallow_the_wake_up() {
         .unwrap();
     guard.unlock().await.unwrap();
 }
+
+/// A server without SPUBLISH (here renamed away) does not fail a release after its writes:
+/// the release publishes with PUBLISH instead.
+#[tokio::test]
+async fn a_release_publishes_classically_where_spublish_is_missing() {
+    let server = RedisServer::start_with_args(&["--rename-command", "SPUBLISH", ""]);
+    let c = client_with(&server, |b| {
+        b.pubsub_mode(redisson_lock::PubSubMode::Sharded)
+    })
+    .await;
+    let mut listener = Listener::channel(&server, &lock_channel("no-spublish")).await;
+    let lock = c.lock("no-spublish").unwrap();
+    let guard = lock.lock(&c.new_owner()).await.unwrap();
+    guard.unlock().await.unwrap();
+    assert_eq!(server.command(&["EXISTS", "no-spublish"]), "0");
+    assert_eq!(
+        listener.next().await,
+        (lock_channel("no-spublish"), "0".to_string())
+    );
+}
