@@ -848,7 +848,8 @@ async fn a_queued_waiter_ends_during_a_write_pause_and_leaves_the_queue_after_it
     }
 
     server.command(&["CLIENT", "UNPAUSE"]);
-    eventually(Duration::from_secs(5), "the waiter left the queue", || {
+    // Its exit is retried in the background while writes are paused: generous margins.
+    eventually(Duration::from_secs(15), "the waiter left the queue", || {
         !queued(&server, "paused").contains(&waiter.to_string())
     })
     .await;
@@ -862,7 +863,7 @@ async fn a_queued_waiter_ends_during_a_write_pause_and_leaves_the_queue_after_it
         Err(error) => assert!(error.is_retryable(), "{error:?}"),
     }
     eventually(
-        Duration::from_secs(5),
+        Duration::from_secs(15),
         "every waiter left the queue",
         || server.command(&["EXISTS", &queue_key("paused"), &timeouts_key("paused")]) == "0",
     )
