@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use fred::clients::Client;
 use fred::interfaces::{ClientLike, ClusterInterface};
+use fred::types::cluster::ClusterRouting;
 use fred::types::config::Server;
 use fred::types::{ClusterHash, CustomCommand, Value};
 use parking_lot::Mutex;
@@ -21,16 +22,39 @@ const COUNT_TTL: Duration = Duration::from_secs(1);
 pub(crate) struct Replicas {
     /// `None`: the check is off.
     timeout: Option<Duration>,
+    cache: Mutex<Cache>,
+}
+
+#[derive(Default)]
+struct Cache {
     /// Each master's connected replicas, and when that was read. Keyed by the master
     /// serving the slot (`None` outside a cluster).
-    counts: Mutex<HashMap<Option<Server>, (i64, Instant)>>,
+    counts: HashMap<Option<Server>, (i64, Instant)>,
+    /// A copy of the client's slot map, and when it was taken: fred hands out copies of the
+    /// whole map, too costly for every lock operation.
+    routing: Option<(Option<ClusterRouting>, Instant)>,
+}
+
+impl Cache {
+    /// The master serving `slot` by a copy of the slot map at most [`COUNT_TTL`] old.
+    fn master(&mut self, redis: &Client, slot: u16) -> Option<Server> {
+        let fresh = self
+            .routing
+            .as_ref()
+            .is_some_and(|(_, read_at)| read_at.elapsed() < COUNT_TTL);
+        if !fresh {
+            self.routing = Some((redis.cached_cluster_state(), Instant::now()));
+        }
+        let (routing, _) = self.routing.as_ref()?;
+        routing.as_ref()?.get_server(slot).cloned()
+    }
 }
 
 impl Replicas {
     pub(crate) fn new(timeout: Option<Duration>) -> Replicas {
         Replicas {
             timeout,
-            counts: Mutex::default(),
+            cache: Mutex::default(),
         }
     }
 
@@ -75,14 +99,16 @@ impl Replicas {
 
     /// The master's connected replicas, read by INFO at most once per [`COUNT_TTL`].
     async fn count(&self, redis: &Client, slot: u16) -> Result<i64, fred::error::Error> {
-        let master = redis
-            .cached_cluster_state()
-            .and_then(|routing| routing.get_server(slot).cloned());
-        if let Some((count, read_at)) = self.counts.lock().get(&master) {
-            if read_at.elapsed() < COUNT_TTL {
-                return Ok(*count);
+        let master = {
+            let mut cache = self.cache.lock();
+            let master = cache.master(redis, slot);
+            if let Some((count, read_at)) = cache.counts.get(&master) {
+                if read_at.elapsed() < COUNT_TTL {
+                    return Ok(*count);
+                }
             }
-        }
+            master
+        };
         let info = CustomCommand::new_static("INFO", ClusterHash::Custom(slot), false);
         let text: String = redis.custom(info, vec![Value::from("replication")]).await?;
         let count = text
@@ -90,7 +116,10 @@ impl Replicas {
             .find_map(|line| line.strip_prefix("connected_slaves:"))
             .and_then(|count| count.trim().parse().ok())
             .unwrap_or(0);
-        self.counts.lock().insert(master, (count, Instant::now()));
+        self.cache
+            .lock()
+            .counts
+            .insert(master, (count, Instant::now()));
         Ok(count)
     }
 }
