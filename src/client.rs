@@ -8,11 +8,11 @@ use std::time::Duration;
 use fred::clients::{Client, SubscriberClient};
 use fred::interfaces::ClientLike;
 use fred::types::config::{Config, ReconnectPolicy};
-use fred::types::{Builder, ClusterHash, CustomCommand, Value};
+use fred::types::Builder;
 use uuid::Uuid;
 
 use crate::engine::{Engine, Settings};
-use crate::error::{is_transient, Error, Result};
+use crate::error::{Error, Result};
 use crate::fair_lock::FairLock;
 use crate::fenced_lock::FencedLock;
 use crate::guard::Lease;
@@ -22,7 +22,7 @@ use crate::multi_lock::{MultiLock, MultiMember, RedLock};
 use crate::non_reentrant::{NonReentrantFairLock, NonReentrantLock};
 use crate::observe;
 use crate::owner::LockOwner;
-use crate::pubsub::{Flavour, PubSubMode};
+use crate::pubsub::{sharded_supported, Choice, PubSubMode};
 use crate::rw_lock::ReadWriteLock;
 use crate::spin_lock::SpinLock;
 
@@ -529,19 +529,18 @@ impl LockClientBuilder {
         let clustered = redis.is_clustered();
         let sharded_supported = match (self.pubsub_mode, clustered) {
             (PubSubMode::Classic, _) | (PubSubMode::Auto, false) => false,
-            _ => has_sharded_pubsub(&redis).await?,
+            _ => sharded_supported(&redis).await?,
         };
-        let flavour = Flavour::of(self.pubsub_mode, clustered, sharded_supported)?;
+        let pubsub = Choice::new(self.pubsub_mode, clustered, sharded_supported)?;
         let settings = Settings {
             watchdog_timeout: self.watchdog_timeout,
             name_prefix: self.name_prefix,
             command_timeout,
-            flavour,
             fair_wait_timeout: self.fair_wait_timeout,
             renew_by_slot: self.renew_by_slot.unwrap_or(clustered),
             replica_wait,
         };
-        let engine = Engine::start(redis, subscriber, settings, owns_redis);
+        let engine = Engine::start(redis, subscriber, settings, pubsub, owns_redis);
         if owns_redis {
             observe::name_connection(&engine.redis, engine.client_id).await;
         }
@@ -563,18 +562,6 @@ async fn connect(
         return Err(error.into());
     }
     Ok((redis, subscriber))
-}
-
-/// Whether the server has sharded pub/sub (Redis 7 and later), asked as Redisson's AUTO
-/// mode does, with `PUBSUB SHARDNUMSUB`.
-async fn has_sharded_pubsub(redis: &Client) -> Result<bool> {
-    let probe = CustomCommand::new_static("PUBSUB", ClusterHash::Random, false);
-    match redis.custom::<Value, _>(probe, vec!["SHARDNUMSUB"]).await {
-        Ok(_) => Ok(true),
-        // An older server refuses the subcommand; a connection error is no answer.
-        Err(error) if is_transient(&error) => Err(error.into()),
-        Err(_) => Ok(false),
-    }
 }
 
 /// Whether `url` asks for TLS (`rediss://`, `valkeys://` and their cluster and sentinel forms).

@@ -18,7 +18,7 @@ use uuid::Uuid;
 use crate::error::{map_redis_error, Error, Result};
 use crate::latches::Latches;
 use crate::owner::LockOwner;
-use crate::pubsub::{Flavour, PubSub};
+use crate::pubsub::{Choice, PubSub};
 use crate::replicas::Replicas;
 use crate::script::{Call, ScriptRunner};
 use crate::sentinel;
@@ -30,7 +30,6 @@ pub(crate) struct Settings {
     pub(crate) watchdog_timeout: Duration,
     pub(crate) name_prefix: String,
     pub(crate) command_timeout: Duration,
-    pub(crate) flavour: Flavour,
     /// The fair lock's per-waiter wait when the call gives none (Redisson's
     /// `fairLockWaitTimeout`).
     pub(crate) fair_wait_timeout: Duration,
@@ -106,11 +105,14 @@ impl QueueExits {
 }
 
 impl Engine {
-    /// Builds the engine and starts its two background tasks (pub/sub and watchdog).
+    /// Builds the engine and starts its background tasks (pub/sub, watchdog, latches and,
+    /// behind Sentinel, the failover watcher). `pubsub` is how waiters listen and releases
+    /// publish.
     pub(crate) fn start(
         redis: Client,
         subscriber: fred::clients::SubscriberClient,
         settings: Settings,
+        pubsub: Choice,
         owns_redis: bool,
     ) -> Arc<Engine> {
         let (shutdown, shutdown_rx) = watch::channel(false);
@@ -122,7 +124,7 @@ impl Engine {
         sentinel::follow_failovers(&redis, &subscriber, shutdown_rx.clone());
         // The subscriber connection is checked as often as holds are renewed.
         let heartbeat = settings.watchdog_timeout / 3;
-        let pubsub = PubSub::start(subscriber, settings.flavour, heartbeat, shutdown_rx);
+        let pubsub = PubSub::start(subscriber, redis.clone(), pubsub, heartbeat, shutdown_rx);
         let replicas = Replicas::new(settings.replica_wait);
         let server = format!("{:?}", redis.client_config().server);
         Arc::new(Engine {
@@ -181,7 +183,7 @@ impl Engine {
 
     /// How the scripts must publish (see `lua/publish.lua`).
     pub(crate) fn publish_command(&self) -> &'static str {
-        self.settings.flavour.publish_command()
+        self.pubsub.flavour().publish_command()
     }
 
     /// Runs a script call for the lock `name`, mapping a wrong-type key to

@@ -318,7 +318,7 @@ fn read(name: &str, keys: &LockKeys, reply: Value) -> Result<LockState> {
 async fn listeners(engine: &Engine, channels: Vec<String>) -> Result<Vec<ChannelListeners>> {
     let slot = ClusterHash::Custom(fred::util::redis_keyslot(channels[0].as_bytes()));
     let mut kinds = vec![("NUMSUB", ClusterHash::Random)];
-    if engine.settings.flavour.sharded {
+    if engine.pubsub.flavour().sharded {
         kinds.push(("SHARDNUMSUB", slot));
     }
     let mut counts: Vec<ChannelListeners> = channels

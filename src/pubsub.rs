@@ -15,10 +15,11 @@
 //! is closed and made again by fred, which counts as a reconnect.
 
 use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use fred::clients::SubscriberClient;
+use fred::clients::{Client, SubscriberClient};
 use fred::error::Error as RedisError;
 use fred::interfaces::{ClientLike, ClusterInterface, EventInterface, PubsubInterface};
 use fred::types::config::Server;
@@ -27,7 +28,7 @@ use parking_lot::Mutex;
 use tokio::sync::{broadcast, mpsc, oneshot, watch, Notify};
 use tokio::time::Instant;
 
-use crate::error::{Error, Result};
+use crate::error::{is_transient, Error, Result};
 use crate::observe;
 
 /// Which pub/sub commands carry unlock messages: Redisson's `shardedSubscriptionMode`.
@@ -43,6 +44,11 @@ pub enum PubSubMode {
     /// On a cluster whose servers have sharded pub/sub (Redis 7 and later), releases publish
     /// with SPUBLISH (as Redisson's `AUTO`), and waiters listen to both kinds of channel, so
     /// Java clients in either mode wake them. Everywhere else, classic pub/sub.
+    ///
+    /// Decided when the client connects, by asking every master with `PUBSUB SHARDNUMSUB`
+    /// as Redisson does, and again whenever the cluster's set of masters changes or the
+    /// subscriber connection comes back (a rolling upgrade to Redis 7, or a master without
+    /// sharded pub/sub joining).
     #[default]
     Auto,
     /// SSUBSCRIBE and SPUBLISH only (Redisson's `ON`). Needs Redis 7.
@@ -72,6 +78,13 @@ impl Flavour {
         publish: "publish",
     };
 
+    /// `Auto` on a cluster whose masters all have sharded pub/sub.
+    const AUTO_SHARDED: Flavour = Flavour {
+        classic: true,
+        sharded: true,
+        publish: "spublish",
+    };
+
     /// The flavour of `mode` on a deployment that is a cluster or not, whose servers have
     /// sharded pub/sub or not.
     pub(crate) fn of(
@@ -87,11 +100,7 @@ impl Flavour {
         Ok(match mode {
             PubSubMode::Classic => Flavour::CLASSIC,
             PubSubMode::Auto if !(clustered && sharded_supported) => Flavour::CLASSIC,
-            PubSubMode::Auto => Flavour {
-                classic: true,
-                sharded: true,
-                publish: "spublish",
-            },
+            PubSubMode::Auto => Flavour::AUTO_SHARDED,
             PubSubMode::Sharded if sharded_supported => Flavour {
                 classic: false,
                 sharded: true,
@@ -109,6 +118,74 @@ impl Flavour {
     /// What the lock scripts are told to publish with.
     pub(crate) fn publish_command(self) -> &'static str {
         self.publish
+    }
+}
+
+/// The flavour in use: fixed by the mode, except `Auto` on a cluster, which the pub/sub
+/// task decides again when the cluster's masters change.
+pub(crate) struct Choice {
+    fixed: Flavour,
+    /// `Auto` on a cluster: the flavour follows `auto_sharded`.
+    redecided: bool,
+    auto_sharded: AtomicBool,
+}
+
+impl Choice {
+    /// The choice of `mode` on a deployment that is a cluster or not, whose servers have
+    /// sharded pub/sub or not.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a mode that needs sharded pub/sub the servers lack.
+    pub(crate) fn new(
+        mode: PubSubMode,
+        clustered: bool,
+        sharded_supported: bool,
+    ) -> Result<Choice> {
+        Ok(Choice {
+            fixed: Flavour::of(mode, clustered, sharded_supported)?,
+            redecided: mode == PubSubMode::Auto && clustered,
+            auto_sharded: AtomicBool::new(sharded_supported),
+        })
+    }
+
+    /// What this client listens to and publishes with now.
+    pub(crate) fn current(&self) -> Flavour {
+        match (self.redecided, self.auto_sharded.load(Ordering::Acquire)) {
+            (false, _) => self.fixed,
+            (true, true) => Flavour::AUTO_SHARDED,
+            (true, false) => Flavour::CLASSIC,
+        }
+    }
+}
+
+/// Whether the servers have sharded pub/sub (Redis 7 and later), asked as Redisson's AUTO
+/// mode does, with `PUBSUB SHARDNUMSUB`: on a cluster, every master by `redis`'s slot map.
+///
+/// # Errors
+/// A connection error or timeout: no answer either way.
+pub(crate) async fn sharded_supported(redis: &Client) -> Result<bool, RedisError> {
+    let masters = match redis.cached_cluster_state() {
+        Some(routing) if redis.is_clustered() => routing.unique_primary_nodes(),
+        _ => Vec::new(),
+    };
+    if masters.is_empty() {
+        return answers_shardnumsub(redis).await;
+    }
+    for master in masters {
+        if !answers_shardnumsub(&redis.with_cluster_node(master)).await? {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
+async fn answers_shardnumsub(server: &impl ClientLike) -> Result<bool, RedisError> {
+    let probe = CustomCommand::new_static("PUBSUB", ClusterHash::Random, false);
+    match server.custom::<Value, _>(probe, vec!["SHARDNUMSUB"]).await {
+        Ok(_) => Ok(true),
+        // An older server refuses the subcommand; a connection error is no answer.
+        Err(error) if is_transient(&error) => Err(error),
+        Err(_) => Ok(false),
     }
 }
 
@@ -149,9 +226,10 @@ const LINGER: Duration = Duration::from_millis(500);
 
 type Channels = Mutex<HashMap<Arc<str>, Channel>>;
 
-/// How often a client with sharded subscriptions on a cluster checks which masters serve
-/// their slots. fred drops the server's notice that a subscription moved, so this bounds
-/// how late a waiter may learn of a release that came right after a slot move or failover.
+/// How often a cluster client reads the slot map while it has sharded subscriptions (fred
+/// drops the server's notice that a subscription moved, so this bounds how late a waiter
+/// may learn of a release right after a slot move or failover) and, in `Auto`, always (to
+/// decide again when the masters change).
 const TOPOLOGY_CHECK: Duration = Duration::from_secs(1);
 
 enum Request {
@@ -163,32 +241,49 @@ enum Request {
 pub(crate) struct PubSub {
     channels: Arc<Channels>,
     requests: mpsc::UnboundedSender<Request>,
+    choice: Arc<Choice>,
 }
 
 impl PubSub {
     /// Starts the task that owns `subscriber`; it ends when `shutdown` turns true. While a
-    /// channel is subscribed, the connection is checked every `heartbeat`.
+    /// channel is subscribed, the connection is checked every `heartbeat`. `redis`, the
+    /// command client, asks the masters whether they have sharded pub/sub when `choice`
+    /// must be decided again.
     pub(crate) fn start(
         subscriber: SubscriberClient,
-        flavour: Flavour,
+        redis: Client,
+        choice: Choice,
         heartbeat: Duration,
         shutdown: watch::Receiver<bool>,
     ) -> PubSub {
         let channels: Arc<Channels> = Arc::default();
+        let choice = Arc::new(choice);
         let (requests, request_rx) = mpsc::unbounded_channel();
+        let clustered = subscriber.is_clustered();
         let task = Task {
             lingering: VecDeque::new(),
             messages: subscriber.message_rx(),
             reconnects: subscriber.reconnect_rx(),
             cluster_changes: subscriber.cluster_change_rx(),
-            watch_topology: flavour.sharded && subscriber.is_clustered(),
+            watch_topology: clustered && (choice.redecided || choice.current().sharded),
+            masters: primaries(&subscriber),
             subscriber,
-            flavour,
+            redis,
+            choice: choice.clone(),
             heartbeat,
             channels: channels.clone(),
         };
         tokio::spawn(task.run(request_rx, shutdown));
-        PubSub { channels, requests }
+        PubSub {
+            channels,
+            requests,
+            choice,
+        }
+    }
+
+    /// What this client listens to and publishes with now.
+    pub(crate) fn flavour(&self) -> Flavour {
+        self.choice.current()
     }
 
     /// Takes a reference to `channel`, subscribing when this is the first one. Returns
@@ -284,17 +379,31 @@ fn wake_all(channels: &Channels) {
 
 struct Task {
     subscriber: SubscriberClient,
+    redis: Client,
     /// Channels whose last waiter left, with when to unsubscribe them (in that order).
     lingering: VecDeque<(Instant, Arc<str>)>,
-    flavour: Flavour,
+    choice: Arc<Choice>,
     heartbeat: Duration,
     channels: Arc<Channels>,
     messages: broadcast::Receiver<fred::types::Message>,
     reconnects: broadcast::Receiver<Server>,
     cluster_changes: broadcast::Receiver<Vec<ClusterStateChange>>,
-    /// Whether sharded subscriptions live on cluster masters, which a slot move or a
-    /// failover takes them from.
+    /// Whether the cluster's slot map is followed: sharded subscriptions live on masters,
+    /// which a slot move or a failover takes them from, and `Auto` is decided again when
+    /// the masters change.
     watch_topology: bool,
+    /// The cluster's masters when `Auto` was last decided, sorted.
+    masters: Vec<Server>,
+}
+
+/// The masters of the subscriber's slot map, sorted.
+fn primaries(subscriber: &SubscriberClient) -> Vec<Server> {
+    let mut masters = subscriber
+        .cached_cluster_state()
+        .map(|routing| routing.unique_primary_nodes())
+        .unwrap_or_default();
+    masters.sort();
+    masters
 }
 
 impl Task {
@@ -321,12 +430,18 @@ impl Task {
                     Err(broadcast::error::RecvError::Closed) => break,
                 },
                 reconnect = self.reconnects.recv() => match reconnect {
-                    Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => self.resubscribe().await,
+                    Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {
+                        // The server may be another one now (restarted, upgraded).
+                        self.decide_auto().await;
+                        self.resubscribe().await;
+                    }
                     Err(broadcast::error::RecvError::Closed) => break,
                 },
-                _ = topology.tick(), if self.watch_topology => self.follow_slots().await,
+                _ = topology.tick(), if self.watch_topology => self.follow_topology(true).await,
+                // fred reads the slot map on a MOVED or a reconnect too (and announces every
+                // read, ours included): look at the map it read, without reading it again.
                 change = self.cluster_changes.recv(), if self.watch_topology => match change {
-                    Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => self.follow_slots().await,
+                    Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => self.follow_topology(false).await,
                     Err(broadcast::error::RecvError::Closed) => self.watch_topology = false,
                 },
                 _ = sleep_until_first(&self.lingering), if !self.lingering.is_empty() => {
@@ -448,7 +563,8 @@ impl Task {
 
     /// Subscribes `channels` and returns once the server confirmed it.
     async fn subscribe_confirmed(&self, channels: &[Arc<str>]) -> Result<(), RedisError> {
-        if self.flavour.classic {
+        let flavour = self.choice.current();
+        if flavour.classic {
             let names: Vec<String> = channels.iter().map(|c| c.to_string()).collect();
             self.subscriber.subscribe(names).await?;
             // fred returns before the server has processed SUBSCRIBE; a PING on the same
@@ -457,7 +573,7 @@ impl Task {
             let ping = CustomCommand::new_static("PING", self.classic_node(), false);
             self.subscriber.custom::<Value, Value>(ping, vec![]).await?;
         }
-        if self.flavour.sharded {
+        if flavour.sharded {
             // One channel a command: channels of different slots may live on different
             // masters. fred waits for each confirmation.
             for channel in channels {
@@ -472,11 +588,12 @@ impl Task {
     }
 
     async fn unsubscribe(&self, channels: &[Arc<str>]) -> Result<(), RedisError> {
-        if self.flavour.classic {
+        let flavour = self.choice.current();
+        if flavour.classic {
             let names: Vec<String> = channels.iter().map(|c| c.to_string()).collect();
             self.subscriber.unsubscribe(names).await?;
         }
-        if self.flavour.sharded {
+        if flavour.sharded {
             for channel in channels {
                 self.subscriber.sunsubscribe(channel.to_string()).await?;
             }
@@ -500,23 +617,108 @@ impl Task {
         routing.get_server(slot).cloned()
     }
 
+    /// Reads the cluster's slot map again (when `read`); decides `Auto` again when the
+    /// masters changed, and follows sharded subscriptions whose slot moved.
+    async fn follow_topology(&mut self, read: bool) {
+        let subscribed = self.subscribed();
+        if subscribed.is_empty() && !self.choice.redecided {
+            return;
+        }
+        if read {
+            if let Err(error) = self.subscriber.sync_cluster().await {
+                tracing::debug!(%error, "reading the cluster's slots failed");
+                return;
+            }
+        }
+        let masters = primaries(&self.subscriber);
+        if self.choice.redecided && masters != self.masters && self.decide_auto().await {
+            self.masters = masters;
+        }
+        if !subscribed.is_empty() && self.choice.current().sharded {
+            self.follow_slots().await;
+        }
+    }
+
+    /// The channels the server has confirmed.
+    fn subscribed(&self) -> Vec<Arc<str>> {
+        let channels = self.channels.lock();
+        channels
+            .iter()
+            .filter(|(_, entry)| entry.subscribed)
+            .map(|(name, _)| name.clone())
+            .collect()
+    }
+
+    /// For `Auto` on a cluster: asks every master again whether it has sharded pub/sub. When
+    /// the answer changed, makes or drops the sharded subscriptions and wakes every waiter
+    /// (a release may have published the other way meanwhile). False when a master did not
+    /// answer, so that the next check asks again.
+    async fn decide_auto(&mut self) -> bool {
+        if !self.choice.redecided {
+            return true;
+        }
+        if let Err(error) = self.redis.sync_cluster().await {
+            tracing::debug!(%error, "reading the cluster's slots failed");
+            return false;
+        }
+        let supported = match sharded_supported(&self.redis).await {
+            Ok(supported) => supported,
+            Err(error) => {
+                tracing::debug!(%error, "asking the masters for sharded pub/sub failed");
+                return false;
+            }
+        };
+        if supported == self.choice.auto_sharded.load(Ordering::Acquire) {
+            return true;
+        }
+        tracing::info!(
+            sharded = supported,
+            "the cluster's masters changed: pub/sub mode Auto decided again"
+        );
+        let subscribed = self.subscribed();
+        if supported {
+            // Listen before publishing by SPUBLISH. A channel that fails here has no node
+            // and is retried by `follow_slots`.
+            for channel in &subscribed {
+                match self.subscriber.ssubscribe(channel.to_string()).await {
+                    Ok(()) => {
+                        let node = self.node_of(channel);
+                        if let Some(entry) = self.channels.lock().get_mut(channel) {
+                            entry.node = node;
+                        }
+                    }
+                    Err(error) => tracing::debug!(%error, %channel, "SSUBSCRIBE failed"),
+                }
+            }
+            self.choice.auto_sharded.store(true, Ordering::Release);
+        } else {
+            self.choice.auto_sharded.store(false, Ordering::Release);
+            for channel in &subscribed {
+                let _ = self.subscriber.sunsubscribe(channel.to_string()).await;
+                if let Some(entry) = self.channels.lock().get_mut(channel) {
+                    entry.node = None;
+                }
+            }
+        }
+        wake_all(&self.channels);
+        true
+    }
+
     /// Moves sharded subscriptions whose slot changed masters (a slot migration or a
     /// failover: the old master drops them with a pushed SUNSUBSCRIBE that fred does not
     /// report) to the new master, and wakes their waiters, who may have missed a release.
     async fn follow_slots(&mut self) {
-        let any = self.channels.lock().values().any(|entry| entry.subscribed);
-        if !any {
+        let Some(routing) = self.subscriber.cached_cluster_state() else {
             return;
-        }
-        if let Err(error) = self.subscriber.sync_cluster().await {
-            tracing::debug!(%error, "reading the cluster's slots failed");
-            return;
-        }
+        };
         let moved: Vec<Arc<str>> = {
             let channels = self.channels.lock();
             channels
                 .iter()
-                .filter(|(name, entry)| entry.subscribed && entry.node != self.node_of(name))
+                .filter(|(name, entry)| {
+                    let slot = fred::util::redis_keyslot(name.as_bytes());
+                    entry.subscribed && entry.node.as_ref() != routing.get_server(slot)
+                })
                 .map(|(name, _)| name.clone())
                 .collect()
         };
@@ -551,14 +753,7 @@ impl Task {
     /// After a reconnect the server has forgotten our channels and messages may have been
     /// lost: subscribe again, then let every waiter check the lock.
     async fn resubscribe(&mut self) {
-        let subscribed: Vec<Arc<str>> = {
-            let channels = self.channels.lock();
-            channels
-                .iter()
-                .filter(|(_, entry)| entry.subscribed)
-                .map(|(name, _)| name.clone())
-                .collect()
-        };
+        let subscribed = self.subscribed();
         observe::pubsub_reconnected(subscribed.len());
         if !subscribed.is_empty() {
             if let Err(error) = self.subscribe_confirmed(&subscribed).await {

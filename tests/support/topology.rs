@@ -52,6 +52,12 @@ impl Cluster {
     /// Starts six nodes, joins them with `redis-cli --cluster create` and waits until every
     /// node reports `cluster_state:ok` and every replica is in sync.
     pub fn start() -> Cluster {
+        Cluster::start_with(|_| &[])
+    }
+
+    /// [`start`](Cluster::start) with more `redis-server` arguments for node `n` (0 to 5;
+    /// nodes 0 to 2 start as the masters).
+    pub fn start_with(node_args: impl Fn(usize) -> &'static [&'static str]) -> Cluster {
         let redis_cli = ensure_installed("redis-cli", "redis-tools");
         let mut args = vec![
             "--cluster-enabled",
@@ -63,7 +69,7 @@ impl Cluster {
         ];
         args.extend(REPLICATION);
         let servers: Vec<RedisServer> = (0..6)
-            .map(|_| RedisServer::start_with_args(&args))
+            .map(|n| RedisServer::start_with_args(&[&args[..], node_args(n)].concat()))
             .collect();
         let mut create = Command::new(redis_cli);
         create.arg("--cluster").arg("create");
