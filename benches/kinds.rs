@@ -23,6 +23,9 @@
 //! - `multi_lock` (criterion): `MultiLock` and `RedLock` lock + unlock over 3 and 5
 //!   redis-servers (one `LockClient` each), uncontended, beside the bare scripts run on
 //!   each server in turn; p50/p99 from an interleaved pass.
+//! - `replica_ack` (a measurement): on a master with one replica (servers of its own), lock +
+//!   unlock from 1 and from 64 tasks of one `LockClient`, with the replica acknowledgement
+//!   (`WAIT` after each lock script) on and off, interleaved.
 //!
 //! Under `cargo test --benches` every group runs once, shortened (a smoke test).
 
@@ -37,7 +40,7 @@ use common::*;
 use criterion::{BenchmarkId, Criterion, SamplingMode, Throughput};
 use fred::interfaces::{ClientLike, ListInterface};
 use redisson_lock::{
-    FairLock, LockClient, LockGuard, LockOwner, MultiLock, ReadWriteLock, RedLock,
+    FairLock, Lock, LockClient, LockGuard, LockOwner, MultiLock, ReadWriteLock, RedLock,
 };
 use tokio::runtime::Runtime;
 
@@ -489,6 +492,74 @@ fn read_throughput(c: &mut Criterion, rt: &Runtime, ours: &LockClient, bare: &Ba
 }
 
 // ---------------------------------------------------------------------------------------
+// replica_ack
+
+fn replica_ack(rt: &Runtime, args: &Args) {
+    if !args.runs("replica_ack") {
+        return;
+    }
+    let master = RedisServer::start_with_args(&[
+        "--repl-diskless-sync",
+        "yes",
+        "--repl-diskless-sync-delay",
+        "0",
+    ]);
+    let _replica = topology::start_replica_of(&master);
+    let (on, off, bare) = rt.block_on(async {
+        let on = LockClient::connect(&master.url()).await.unwrap();
+        let off = LockClient::builder()
+            .url(&master.url())
+            .wait_for_replicas(None)
+            .build()
+            .await
+            .unwrap();
+        (on, off, Bare::connect(&master.url()).await)
+    });
+    let owned = |client: &LockClient, label: &str, n: usize| -> Vec<(Lock, LockOwner)> {
+        (0..n)
+            .map(|i| {
+                let lock = client.lock(&format!("bench:replica:{label}:{i}")).unwrap();
+                (lock, client.new_owner())
+            })
+            .collect()
+    };
+    let (rounds, ops) = if args.full { (5, 2_000) } else { (1, 64) };
+    print_load("before replica_ack");
+    for tasks in [1, 64] {
+        let (with, without) = (owned(&on, "on", tasks), owned(&off, "off", tasks));
+        let bare_locks: Vec<BareLock> = (0..tasks)
+            .map(|i| bare.lock(&format!("bench:replica:bare:{i}"), &i.to_string()))
+            .collect();
+        interleaved(
+            rt,
+            &format!("replica_ack, {tasks} task(s)"),
+            rounds,
+            ops,
+            &[
+                side("check_on", |n| ours_parallel(&with, n)),
+                // The bare scripts each pipelined with a WAIT, as Redisson sends them.
+                side("bare_with_wait", |n| {
+                    spread(n, tasks, |i, n| {
+                        let (bare, lock) = (bare.clone(), bare_locks[i].clone());
+                        async move {
+                            for _ in 0..n {
+                                bare.lock_unlock_replicated(&lock).await;
+                            }
+                        }
+                    })
+                }),
+                side("check_off", |n| ours_parallel(&without, n)),
+            ],
+        );
+    }
+    rt.block_on(async {
+        on.shutdown().await;
+        off.shutdown().await;
+        let _ = bare.redis.quit().await;
+    });
+}
+
+// ---------------------------------------------------------------------------------------
 // commands_per_acquisition
 
 /// 16 tasks, alternately in A and B, each looping lock / hold / unlock on one plain lock
@@ -774,6 +845,7 @@ fn main() {
     read_throughput(&mut c, &rt, &a, &bare);
     commands_per_acquisition(&rt, &server, (&a, &b), &bare, &args);
     multi_lock(&mut c, &rt, &args);
+    replica_ack(&rt, &args);
     c.final_summary();
     print_load("at the end");
     rt.block_on(async {

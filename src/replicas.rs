@@ -1,16 +1,24 @@
 //! Replica acknowledgement, as Redisson's `checkLockSyncedSlaves`: after a lock script
 //! wrote on a master that has replicas, WAIT until at least one replica has the write, so
 //! that a failover right after cannot lose it unnoticed.
+//!
+//! WAIT covers every write its connection sent before it, and holds up that connection on
+//! the server until it returns. So the tasks of one client share WAITs: at most one is in
+//! flight per master, and every acknowledgement asked meanwhile is answered by the next one,
+//! sent when that returns.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use fred::clients::Client;
+use fred::error::{Error as RedisError, ErrorKind};
 use fred::interfaces::{ClientLike, ClusterInterface};
 use fred::types::cluster::ClusterRouting;
 use fred::types::config::Server;
 use fred::types::{ClusterHash, CustomCommand, Value};
 use parking_lot::Mutex;
+use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 use crate::error::{map_redis_error, Error, Result};
@@ -23,6 +31,121 @@ pub(crate) struct Replicas {
     /// `None`: the check is off.
     timeout: Option<Duration>,
     cache: Mutex<Cache>,
+    waits: Arc<Waits>,
+}
+
+/// What one WAIT answered: how many replicas have every write sent before it.
+type Acknowledged = Result<i64, RedisError>;
+
+/// The WAITs of one client, by master (`None` outside a cluster).
+#[derive(Default)]
+struct Waits {
+    masters: Mutex<HashMap<Option<Server>, Queue>>,
+}
+
+#[derive(Default)]
+struct Queue {
+    /// A WAIT to this master is in flight.
+    sending: bool,
+    /// Asked while it was: answered by the next WAIT.
+    joined: Vec<oneshot::Sender<Acknowledged>>,
+}
+
+/// One WAIT to send: where, and for how many replicas.
+#[derive(Clone)]
+struct Request {
+    redis: Client,
+    master: Option<Server>,
+    slot: u16,
+    replicas: i64,
+    timeout: Duration,
+}
+
+impl Request {
+    async fn send(&self) -> Acknowledged {
+        // Declared non-blocking, so fred keeps pipelining other commands meanwhile; the
+        // server answers them after this one. Routed by a key's slot, it reaches the master
+        // (and the connection) that ran the scripts.
+        let wait = CustomCommand::new_static("WAIT", ClusterHash::Custom(self.slot), false);
+        let args = vec![
+            Value::from(self.replicas),
+            Value::from(millis(self.timeout)),
+        ];
+        self.redis.custom(wait, args).await
+    }
+}
+
+impl Waits {
+    /// Sends a WAIT for `request`'s master now, or joins the next one when a WAIT is in
+    /// flight there (it may have been sent before the caller's write).
+    async fn acknowledged(self: &Arc<Self>, request: Request) -> Acknowledged {
+        let joined = {
+            let mut masters = self.masters.lock();
+            let queue = masters.entry(request.master.clone()).or_default();
+            if queue.sending {
+                let (answer, answered) = oneshot::channel();
+                queue.joined.push(answer);
+                Some(answered)
+            } else {
+                queue.sending = true;
+                None
+            }
+        };
+        match joined {
+            Some(answered) => answered.await.unwrap_or_else(|_| {
+                Err(RedisError::new(
+                    ErrorKind::Canceled,
+                    "the shared WAIT was dropped",
+                ))
+            }),
+            None => {
+                // Whether this future finishes or is dropped, whoever joined meanwhile gets
+                // the next WAIT.
+                let _next = NextWait {
+                    waits: self.clone(),
+                    request: request.clone(),
+                };
+                request.send().await
+            }
+        }
+    }
+}
+
+/// On drop, sends the WAIT that answers those who joined the queue while one was in flight
+/// (from a task of its own, so that no caller's cancellation strands them), or marks the
+/// master idle.
+struct NextWait {
+    waits: Arc<Waits>,
+    request: Request,
+}
+
+impl Drop for NextWait {
+    fn drop(&mut self) {
+        let joined = {
+            let mut masters = self.waits.masters.lock();
+            let queue = masters.entry(self.request.master.clone()).or_default();
+            if queue.joined.is_empty() {
+                queue.sending = false;
+                return;
+            }
+            std::mem::take(&mut queue.joined)
+        };
+        let next = NextWait {
+            waits: self.waits.clone(),
+            request: self.request.clone(),
+        };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            // No runtime left: the joined callers' answers are dropped, which fails them.
+            return;
+        };
+        runtime.spawn(async move {
+            let acknowledged = next.request.send().await;
+            for answer in joined {
+                let _ = answer.send(acknowledged.clone());
+            }
+            drop(next);
+        });
+    }
 }
 
 #[derive(Default)]
@@ -55,6 +178,7 @@ impl Replicas {
         Replicas {
             timeout,
             cache: Mutex::default(),
+            waits: Arc::default(),
         }
     }
 
@@ -69,22 +193,23 @@ impl Replicas {
             return Ok(());
         };
         let slot = fred::util::redis_keyslot(key.as_bytes());
-        let replicas = self
+        let (master, replicas) = self
             .count(redis, slot)
             .await
             .map_err(|e| map_redis_error(e, name))?;
         if replicas == 0 {
             return Ok(());
         }
-        // Declared non-blocking, so fred keeps pipelining other commands meanwhile; the
-        // server answers them after this one. Routed by the key's slot, it reaches the
-        // master (and the connection) that ran the script.
-        let wait = CustomCommand::new_static("WAIT", ClusterHash::Custom(slot), false);
-        let acknowledged: i64 = redis
-            .custom(
-                wait,
-                vec![Value::from(replicas), Value::from(millis(timeout))],
-            )
+        let request = Request {
+            redis: redis.clone(),
+            master,
+            slot,
+            replicas,
+            timeout,
+        };
+        let acknowledged = self
+            .waits
+            .acknowledged(request)
             .await
             .map_err(|e| map_redis_error(e, name))?;
         if acknowledged > 0 {
@@ -97,14 +222,15 @@ impl Replicas {
         }
     }
 
-    /// The master's connected replicas, read by INFO at most once per [`COUNT_TTL`].
-    async fn count(&self, redis: &Client, slot: u16) -> Result<i64, fred::error::Error> {
+    /// The master serving `slot` and its connected replicas, read by INFO at most once per
+    /// [`COUNT_TTL`].
+    async fn count(&self, redis: &Client, slot: u16) -> Result<(Option<Server>, i64), RedisError> {
         let master = {
             let mut cache = self.cache.lock();
             let master = cache.master(redis, slot);
             if let Some((count, read_at)) = cache.counts.get(&master) {
                 if read_at.elapsed() < COUNT_TTL {
-                    return Ok(*count);
+                    return Ok((master, *count));
                 }
             }
             master
@@ -119,7 +245,7 @@ impl Replicas {
         self.cache
             .lock()
             .counts
-            .insert(master, (count, Instant::now()));
-        Ok(count)
+            .insert(master.clone(), (count, Instant::now()));
+        Ok((master, count))
     }
 }

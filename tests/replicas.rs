@@ -4,6 +4,7 @@
 
 mod support;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use redisson_lock::{Error, LockClient, LockClientBuilder};
@@ -92,6 +93,39 @@ async fn acquisitions_and_releases_wait_for_the_replica() {
     assert!(lock.force_unlock().await.is_ok());
 }
 
+/// Tasks of one client share WAITs (one in flight per master covers every write sent before
+/// it), and each acquisition still returns only once the replica has it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_acquisitions_share_waits() {
+    let (master, replica) = replicated();
+    let client = client_of(&master, |b| b).await;
+    let replica = Arc::new(replica);
+    let (tasks, rounds) = (16, 8);
+    let before = command_calls(&master, "wait");
+    let handles: Vec<_> = (0..tasks)
+        .map(|task| {
+            let (client, replica) = (client.clone(), replica.clone());
+            tokio::spawn(async move {
+                let name = format!("shared-wait-{task}");
+                let lock = client.lock(&name).unwrap();
+                let me = client.new_owner();
+                for _ in 0..rounds {
+                    let guard = lock.lock(&me).await.unwrap();
+                    assert_eq!(replica.command(&["EXISTS", &name]), "1");
+                    guard.unlock().await.unwrap();
+                }
+            })
+        })
+        .collect();
+    all_finish(Duration::from_secs(60), "the tasks", handles).await;
+    let waits = command_calls(&master, "wait") - before;
+    let operations = 2 * tasks * rounds;
+    assert!(
+        waits > 0 && waits < operations as u64,
+        "{waits} WAITs for {operations} acquisitions and releases"
+    );
+}
+
 #[tokio::test]
 async fn an_acquisition_no_replica_confirms_is_undone() {
     let (master, replica) = replicated();
@@ -120,9 +154,29 @@ async fn an_acquisition_no_replica_confirms_is_undone() {
         || replica_lag(&master) >= 2,
     )
     .await;
+    // Several at once: those that join a WAIT in flight learn its answer too.
+    let others: Vec<_> = (0..4)
+        .map(|i| {
+            let lock = checked.lock(&format!("unconfirmed-{i}")).unwrap();
+            let owner = checked.new_owner();
+            tokio::spawn(async move { lock.try_lock(&owner).await.map(|guard| guard.is_some()) })
+        })
+        .collect();
     let me = checked.new_owner();
     let lock = checked.lock("unconfirmed").unwrap();
     let result = lock.try_lock(&me).await;
+    for other in all_finish(Duration::from_secs(30), "the others", others).await {
+        assert!(
+            matches!(other, Err(Error::NotReplicated { .. })),
+            "{other:?}"
+        );
+    }
+    for i in 0..4 {
+        assert_eq!(
+            master.command(&["EXISTS", &format!("unconfirmed-{i}")]),
+            "0"
+        );
+    }
     match result {
         Err(Error::NotReplicated { ref name, timeout }) => {
             assert_eq!(name, "unconfirmed");

@@ -8,6 +8,8 @@
 
 #[path = "../../tests/support/server.rs"]
 pub mod server;
+#[path = "../../tests/support/topology.rs"]
+pub mod topology;
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::collections::HashSet;
@@ -20,7 +22,7 @@ use std::time::{Duration, Instant};
 use fred::clients::Client;
 use fred::interfaces::{ClientLike, LuaInterface, PubsubInterface};
 use fred::types::config::Config;
-use fred::types::{Builder, InfoKind, Key, Value};
+use fred::types::{Builder, ClusterHash, CustomCommand, InfoKind, Key, Value};
 use redisson_lock::{Lock, LockClient, LockGuard, LockOwner};
 use tokio::runtime::Runtime;
 use tokio::sync::oneshot;
@@ -197,6 +199,21 @@ impl Bare {
     pub async fn lock_unlock(&self, lock: &BareLock) {
         assert_eq!(self.acquire(lock).await, None, "the bare lock was busy");
         self.unlock(lock).await;
+    }
+
+    /// [`lock_unlock`](Self::lock_unlock) as Redisson does it on a master with replicas:
+    /// each script pipelined with a `WAIT` for one replica.
+    pub async fn lock_unlock_replicated(&self, lock: &BareLock) {
+        let wait = || {
+            let command = CustomCommand::new_static("WAIT", ClusterHash::FirstKey, false);
+            let args: Vec<Value> = vec![1.into(), 1_000.into()];
+            self.redis.custom::<i64, _>(command, args)
+        };
+        let (acquired, acked) = tokio::join!(self.acquire(lock), wait());
+        assert_eq!(acquired, None, "the bare lock was busy");
+        assert_eq!(acked.unwrap(), 1);
+        let (_, acked) = tokio::join!(self.unlock(lock), wait());
+        assert_eq!(acked.unwrap(), 1);
     }
 
     /// A lock held by someone else for the rest of the run, for [`round_trip`](Self::round_trip).
