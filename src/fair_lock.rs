@@ -4,6 +4,9 @@
 //! the queue when they give up).
 
 use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use fred::types::Value;
 
@@ -21,7 +24,7 @@ use crate::script::{
     BoxFuture, Call, FAIR_ACQUIRE, FAIR_ACQUIRE_FAILED, FAIR_FORCE_RELEASE, FAIR_RELEASE,
 };
 use crate::time::{epoch_millis, millis};
-use crate::wait::backoff::Pace;
+use crate::wait::backoff::{queue_exit_pause, Pace};
 use crate::wait::Wait;
 
 /// A reentrant distributed lock granted in order of arrival: FIFO, with a per-waiter
@@ -250,6 +253,9 @@ impl Drop for QueueExit {
     }
 }
 
+/// Takes the waiter out of the queue. A send that fails (Redis unreachable, writes paused,
+/// the connection being made again) is tried again until the waiter's place would have
+/// lapsed by itself: running the exit twice is harmless.
 async fn leave(armed: &Armed) {
     let Armed {
         lock,
@@ -257,13 +263,23 @@ async fn leave(armed: &Armed) {
         wait_ms,
         id,
     } = armed;
-    let call = Fair::leave_call(lock, owner, *wait_ms);
-    match lock.engine.run(call, &lock.name).await {
-        Ok(_) => {}
-        // Shutting down: the shutdown takes the waiter out (it is still registered).
-        Err(Error::Closed) => return,
-        Err(error) => {
-            tracing::warn!(%error, lock = %lock.name, %owner, "leaving the fair queue failed; the waiter stays queued until its deadline")
+    let lapses = Instant::now() + Duration::from_millis(u64::try_from(*wait_ms).unwrap_or(0));
+    let mut sent = 1;
+    loop {
+        let call = Fair::leave_call(lock, owner, *wait_ms);
+        match lock.engine.run(call, &lock.name).await {
+            Ok(_) => break,
+            // Shutting down: the shutdown takes the waiter out (it is still registered).
+            Err(Error::Closed) => return,
+            Err(error @ Error::Redis(_)) if Instant::now() + queue_exit_pause(sent) < lapses => {
+                tracing::debug!(%error, lock = %lock.name, %owner, "leaving the fair queue failed; trying again");
+                tokio::time::sleep(queue_exit_pause(sent)).await;
+                sent += 1;
+            }
+            Err(error) => {
+                tracing::warn!(%error, lock = %lock.name, %owner, "leaving the fair queue failed; the waiter stays queued until its deadline");
+                break;
+            }
         }
     }
     lock.engine.queue_exits.unregister(*id);

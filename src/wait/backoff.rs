@@ -228,6 +228,11 @@ pub(crate) fn release_resend_pause(sent: u32) -> Duration {
     Duration::from_millis(100 * u64::from(sent))
 }
 
+/// The pause before sending a fair waiter's queue exit again after its `sent`-th send failed.
+pub(crate) fn queue_exit_pause(sent: u32) -> Duration {
+    Duration::from_millis(100 * u64::from(sent)).min(Duration::from_secs(1))
+}
+
 /// When the watchdog tries again after a failed renewal of a lease that ends at `expires`:
 /// halfway there, but not sooner than 50 ms from `now`.
 pub(crate) fn renewal_retry(now: Instant, expires: Instant) -> Instant {
