@@ -19,7 +19,7 @@ use crate::error::{map_redis_error, Error, Result};
 use crate::latches::Latches;
 use crate::owner::LockOwner;
 use crate::pubsub::{Choice, PubSub};
-use crate::replicas::Replicas;
+use crate::replicas::{Confirmation, Replicas};
 use crate::script::{Call, ScriptRunner};
 use crate::sentinel;
 use crate::watchdog::Watchdog;
@@ -195,6 +195,39 @@ impl Engine {
             .run(script, keys, args)
             .await
             .map_err(|e| map_redis_error(e, name))
+    }
+
+    /// [`run`](Engine::run) for a lock script that writes to `key`, with a WAIT right
+    /// behind it where a replica must confirm its writes: the reply, and what confirms the
+    /// write (see [`confirm`](Engine::confirm)).
+    pub(crate) async fn run_confirmed(
+        &self,
+        call: Call,
+        key: &str,
+        name: &str,
+    ) -> Result<(fred::types::Value, Confirmation)> {
+        self.check_open()?;
+        let (reply, confirmation) = self
+            .replicas
+            .run(&self.scripts, &self.redis, call, key)
+            .await;
+        Ok((reply.map_err(|e| map_redis_error(e, name))?, confirmation))
+    }
+
+    /// Returns once a replica has the write of a script run by
+    /// [`run_confirmed`](Engine::run_confirmed).
+    ///
+    /// # Errors
+    /// [`Error::NotReplicated`] when no replica confirmed within the configured wait.
+    pub(crate) async fn confirm(
+        &self,
+        confirmation: Confirmation,
+        key: &str,
+        name: &str,
+    ) -> Result<()> {
+        (self.replicas)
+            .confirm(confirmation, &self.redis, key, name)
+            .await
     }
 
     /// Closes the client (see [`LockClient::shutdown`](crate::LockClient::shutdown)) and

@@ -21,7 +21,6 @@ use crate::observe;
 use crate::owner::LockOwner;
 use crate::protocol::{Place, Protocol, Target};
 use crate::release::{release, release_settled, replicated, By, Released};
-use crate::script::Call;
 use crate::time::millis;
 use crate::wait::{self, Wait, WaitStrategy, Wake};
 
@@ -189,23 +188,22 @@ impl Handle {
         let sent_at = Instant::now();
         let lock = &self.lock;
         let permit = queued.then(|| lock.engine.queueing_permit());
-        let Call { script, keys, args } = lock.kind.acquire(lock, owner, lease_ms, wait);
-        let call = lock.engine.scripts.run(script, keys, args);
+        let call = lock.kind.acquire(lock, owner, lease_ms, wait);
+        let script = call.script;
         let in_flight = InFlight::new(
             {
                 let (lock, owner) = (lock.clone(), owner.clone());
                 Box::pin(async move {
                     let _permit = permit.transpose()?;
-                    let reply = call.await;
+                    let (engine, key) = (&lock.engine, &lock.keys.raw);
+                    let (reply, confirmation) =
+                        (engine
+                            .replicas
+                            .run(&engine.scripts, &engine.redis, call, key))
+                        .await;
                     let attempt = lock.kind.read_acquire(&lock, &owner, script, reply)?;
                     if let Attempt::Acquired(_) = attempt {
-                        let engine = &lock.engine;
-                        let key = &lock.keys.raw;
-                        if let Err(error) = engine
-                            .replicas
-                            .acknowledged(&engine.redis, key, &lock.name)
-                            .await
-                        {
+                        if let Err(error) = engine.confirm(confirmation, key, &lock.name).await {
                             // Undo exactly this acquisition: a failover could lose it.
                             let keep_alive = engine.watchdog.keep_alive(&lock.hold_key(&owner));
                             drop(release(&lock, &owner, keep_alive.map_or(lease_ms, millis)).await);
@@ -265,8 +263,8 @@ impl Handle {
     pub(crate) async fn force_unlock(&self) -> Result<bool> {
         let (lock, engine) = (&self.lock, &self.lock.engine);
         let registered = engine.watchdog.generations_of_key(&lock.keys.raw);
-        let reply = engine
-            .run(lock.kind.force_release(lock), &lock.name)
+        let (reply, confirmation) = engine
+            .run_confirmed(lock.kind.force_release(lock), &lock.keys.raw, &lock.name)
             .await?;
         let freed = matches!(reply, Value::Integer(1));
         // Nothing was deleted otherwise: a read-write lock held in the other mode keeps
@@ -275,7 +273,7 @@ impl Handle {
             for (hold, generation) in registered {
                 engine.watchdog.forget(&hold, Some(generation));
             }
-            replicated(lock).await?;
+            replicated(lock, confirmation).await?;
         }
         Ok(freed)
     }

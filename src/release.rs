@@ -12,6 +12,7 @@ use crate::latches::Latch;
 use crate::observe;
 use crate::owner::LockOwner;
 use crate::protocol::Target;
+use crate::replicas::Confirmation;
 use crate::script::nil_or_int;
 use crate::time::millis;
 use crate::wait::backoff::{release_resend_pause, RELEASE_SENDS};
@@ -53,7 +54,8 @@ pub(crate) async fn release_settled(
 ) -> Result<Released> {
     let hold = lock.hold_key(owner);
     let (name, kind, releasing) = (&lock.name, lock.kind.kind(), release(lock, owner, lease_ms));
-    let released = observe::releasing(name, kind, releasing, |r| *r == Released::NotHeld).await?;
+    let (released, confirmation) =
+        observe::releasing(name, kind, releasing, |(r, _)| *r == Released::NotHeld).await?;
     let watchdog = &lock.engine.watchdog;
     match (released, by) {
         (Released::Partly, By::Owner) => watchdog.release_one(&hold, generation),
@@ -61,29 +63,28 @@ pub(crate) async fn release_settled(
         (Released::Fully | Released::NotHeld, _) => watchdog.forget(&hold, generation),
     }
     if released != Released::NotHeld {
-        replicated(lock).await?;
+        replicated(lock, confirmation).await?;
     }
     Ok(released)
 }
 
-/// Waits until a replica has this client's writes to the lock's master, giving a lagging
-/// replica a second timeout before failing, as Redisson retries a release once.
-pub(crate) async fn replicated(lock: &Target) -> Result<()> {
-    let engine = &lock.engine;
-    let acknowledged = || {
-        engine
-            .replicas
-            .acknowledged(&engine.redis, &lock.keys.raw, &lock.name)
-    };
-    match acknowledged().await {
-        Err(Error::NotReplicated { .. }) => acknowledged().await,
+/// Returns once a replica has the write `confirmation` belongs to, giving a lagging replica
+/// a second timeout before failing, as Redisson retries a release once.
+pub(crate) async fn replicated(lock: &Target, confirmation: Confirmation) -> Result<()> {
+    let (engine, key, name) = (&lock.engine, &lock.keys.raw, &lock.name);
+    match engine.confirm(confirmation, key, name).await {
+        Err(Error::NotReplicated { .. }) => engine.confirm(Confirmation::Later, key, name).await,
         done => done,
     }
 }
 
 /// Runs the kind's release script, resending it with the same request id when the reply
-/// is lost.
-pub(crate) async fn release(lock: &Target, owner: &LockOwner, lease_ms: i64) -> Result<Released> {
+/// is lost. Returns what it did and what confirms its write.
+pub(crate) async fn release(
+    lock: &Target,
+    owner: &LockOwner,
+    lease_ms: i64,
+) -> Result<(Released, Confirmation)> {
     let engine = &lock.engine;
     let latch = Latch {
         key: lock
@@ -100,7 +101,7 @@ pub(crate) async fn release(lock: &Target, owner: &LockOwner, lease_ms: i64) -> 
         let script = call.script;
         call.keys.push(latch.key.clone());
         call.args.extend([latch_ttl.clone(), latch.request.clone()]);
-        match engine.run(call, &lock.name).await {
+        match engine.run_confirmed(call, &lock.keys.raw, &lock.name).await {
             Err(error) if error.is_retryable() && sent < RELEASE_SENDS => {
                 tracing::debug!(%error, lock = %lock.name, "release failed; resending");
                 observe::release_resent(lock.kind.kind());
@@ -115,10 +116,11 @@ pub(crate) async fn release(lock: &Target, owner: &LockOwner, lease_ms: i64) -> 
         // record the handle's next release.
         lock.latches.lock().push(latch.key);
     }
-    let reply = reply?;
-    Ok(match nil_or_int(script, reply)? {
+    let (reply, confirmation) = reply?;
+    let released = match nil_or_int(script, reply)? {
         None => Released::NotHeld,
         Some(0) => Released::Partly,
         Some(_) => Released::Fully,
-    })
+    };
+    Ok((released, confirmation))
 }

@@ -5,7 +5,8 @@
 //! WAIT covers every write its connection sent before it, and holds up that connection on
 //! the server until it returns. So the tasks of one client share WAITs: at most one is in
 //! flight per master, and every acknowledgement asked meanwhile is answered by the next one,
-//! sent when that returns.
+//! sent when that returns. When none is in flight, the WAIT goes right behind the lock
+//! script (as Redisson pipelines them), which saves the caller a round trip.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -22,6 +23,7 @@ use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 use crate::error::{map_redis_error, Error, Result};
+use crate::script::{Call, ScriptRunner};
 use crate::time::millis;
 
 /// How long a master's replica count is trusted before INFO is asked again.
@@ -75,7 +77,31 @@ impl Request {
     }
 }
 
+/// What confirms a lock script's write, if it wrote (see [`Replicas::run`]).
+pub(crate) enum Confirmation {
+    /// The check is off, or the master has no replica.
+    Needless,
+    /// What the WAIT sent right behind the script answered.
+    Answered(Acknowledged),
+    /// To be asked after the reply.
+    Later,
+}
+
 impl Waits {
+    /// Claims the next WAIT to `master` for the caller to send, unless one is in flight.
+    fn lead(self: &Arc<Self>, request: &Request) -> Option<NextWait> {
+        let mut masters = self.masters.lock();
+        let queue = masters.entry(request.master.clone()).or_default();
+        if queue.sending {
+            return None;
+        }
+        queue.sending = true;
+        Some(NextWait {
+            waits: self.clone(),
+            request: request.clone(),
+        })
+    }
+
     /// Sends a WAIT for `request`'s master now, or joins the next one when a WAIT is in
     /// flight there (it may have been sent before the caller's write).
     async fn acknowledged(self: &Arc<Self>, request: Request) -> Acknowledged {
@@ -182,6 +208,89 @@ impl Replicas {
         }
     }
 
+    /// Runs `call`, a lock script on the lock `name` stored at `key`. When a replica must
+    /// confirm writes to its master and no WAIT is in flight there, a WAIT goes right behind
+    /// the script. Returns the script's reply and what confirms its write (see
+    /// [`confirm`](Self::confirm)); the caller tells from the reply whether it wrote.
+    pub(crate) async fn run(
+        &self,
+        scripts: &ScriptRunner,
+        redis: &Client,
+        call: Call,
+        key: &str,
+    ) -> (Result<Value, RedisError>, Confirmation) {
+        let Call { script, keys, args } = call;
+        let Some(timeout) = self.timeout else {
+            return (
+                scripts.run(script, keys, args).await,
+                Confirmation::Needless,
+            );
+        };
+        let slot = fred::util::redis_keyslot(key.as_bytes());
+        let request = match self.count(redis, slot).await {
+            Ok((_, 0)) => {
+                return (
+                    scripts.run(script, keys, args).await,
+                    Confirmation::Needless,
+                );
+            }
+            Ok((master, replicas)) => Request {
+                redis: redis.clone(),
+                master,
+                slot,
+                replicas,
+                timeout,
+            },
+            // Asked again by `confirm`, where the error is reported.
+            Err(_) => return (scripts.run(script, keys, args).await, Confirmation::Later),
+        };
+        let Some(next) = self.waits.lead(&request) else {
+            return (scripts.run(script, keys, args).await, Confirmation::Later);
+        };
+        let behind = Box::pin(async move {
+            let acknowledged = request.send().await;
+            drop(next);
+            acknowledged
+        });
+        match scripts.run_followed(script, keys, args, behind).await {
+            (reply, Some(acknowledged)) => (reply, Confirmation::Answered(acknowledged)),
+            // The WAIT went behind a refused EVALSHA, not the one that ran.
+            (reply, None) => (reply, Confirmation::Later),
+        }
+    }
+
+    /// Returns once a replica has the write `confirmation` belongs to (see
+    /// [`run`](Self::run)).
+    ///
+    /// # Errors
+    /// As [`acknowledged`](Self::acknowledged).
+    pub(crate) async fn confirm(
+        &self,
+        confirmation: Confirmation,
+        redis: &Client,
+        key: &str,
+        name: &str,
+    ) -> Result<()> {
+        match confirmation {
+            Confirmation::Needless => Ok(()),
+            Confirmation::Answered(acknowledged) => {
+                let acknowledged = acknowledged.map_err(|e| map_redis_error(e, name))?;
+                self.check(acknowledged, name)
+            }
+            Confirmation::Later => self.acknowledged(redis, key, name).await,
+        }
+    }
+
+    fn check(&self, acknowledged: i64, name: &str) -> Result<()> {
+        match self.timeout {
+            Some(timeout) if acknowledged == 0 => Err(Error::NotReplicated {
+                name: name.to_owned(),
+                timeout,
+            }),
+            _ => Ok(()),
+        }
+    }
+
     /// Waits until a replica of the master serving `key` has every write this client sent
     /// it so far; at once when the check is off or the master has no replica.
     ///
@@ -212,14 +321,7 @@ impl Replicas {
             .acknowledged(request)
             .await
             .map_err(|e| map_redis_error(e, name))?;
-        if acknowledged > 0 {
-            Ok(())
-        } else {
-            Err(Error::NotReplicated {
-                name: name.to_owned(),
-                timeout,
-            })
-        }
+        self.check(acknowledged, name)
     }
 
     /// The master serving `slot` and its connected replicas, read by INFO at most once per

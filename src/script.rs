@@ -4,6 +4,7 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::OnceLock;
+use std::task::Poll;
 use std::time::Duration;
 
 use fred::clients::Client;
@@ -88,6 +89,31 @@ impl ScriptRunner {
         keys: Vec<Value>,
         args: Vec<Value>,
     ) -> BoxFuture<Result<Value, RedisError>> {
+        let sent = self.send::<()>(script, keys, args, None);
+        Box::pin(async move { sent.await.0 })
+    }
+
+    /// [`run`](Self::run), with `behind` (a WAIT, say) sent right behind the EVALSHA, so
+    /// that the server runs it next on the same connection. Its answer comes back when it
+    /// followed the EVALSHA that ran: `None` when that was refused with NOSCRIPT and sent
+    /// again after the load.
+    pub(crate) fn run_followed<T: Send + 'static>(
+        &self,
+        script: &'static Script,
+        keys: Vec<Value>,
+        args: Vec<Value>,
+        behind: BoxFuture<T>,
+    ) -> BoxFuture<(Result<Value, RedisError>, Option<T>)> {
+        Box::pin(self.send(script, keys, args, Some(behind)))
+    }
+
+    fn send<T: Send + 'static>(
+        &self,
+        script: &'static Script,
+        keys: Vec<Value>,
+        args: Vec<Value>,
+        behind: Option<BoxFuture<T>>,
+    ) -> impl Future<Output = (Result<Value, RedisError>, Option<T>)> + Send + 'static {
         let slot = keys
             .first()
             .and_then(|key| key.as_bytes())
@@ -99,7 +125,7 @@ impl ScriptRunner {
             ..Default::default()
         };
         let redis = self.redis.clone();
-        Box::pin(async move {
+        async move {
             let command = || CustomCommand::new_static("EVALSHA", ClusterHash::Custom(slot), false);
             // Built from `keys` and `args` again for a retry after NOSCRIPT.
             let argv = || {
@@ -111,18 +137,37 @@ impl ScriptRunner {
                 argv
             };
             let client = redis.with_options(&options);
-            match client.custom::<Value, Value>(command(), argv()).await {
+            let mut sent = std::pin::pin!(client.custom::<Value, Value>(command(), argv()));
+            let (reply, followed) = match behind {
+                None => (sent.await, None),
+                Some(behind) => {
+                    // fred queues a command in its first poll: the EVALSHA goes first.
+                    let first = std::future::poll_fn(|cx| Poll::Ready(sent.as_mut().poll(cx)));
+                    let early = first.await;
+                    let reply = async {
+                        match early {
+                            Poll::Ready(reply) => reply,
+                            Poll::Pending => sent.await,
+                        }
+                    };
+                    let (reply, followed) = tokio::join!(reply, behind);
+                    (reply, Some(followed))
+                }
+            };
+            match reply {
                 Err(error) if is_noscript(&error) => {
                     tracing::debug!(
                         script = script.name,
                         "script not cached by Redis; loading it"
                     );
-                    redis.script_load_cluster::<Value, _>(script.lua).await?;
-                    client.custom::<Value, Value>(command(), argv()).await
+                    if let Err(error) = redis.script_load_cluster::<Value, _>(script.lua).await {
+                        return (Err(error), None);
+                    }
+                    (client.custom::<Value, Value>(command(), argv()).await, None)
                 }
-                reply => reply,
+                reply => (reply, followed),
             }
-        })
+        }
     }
 }
 

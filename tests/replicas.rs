@@ -82,6 +82,10 @@ async fn acquisitions_and_releases_wait_for_the_replica() {
     let (master, replica) = replicated();
     let client = client_of(&master, |b| b).await;
     let me = client.new_owner();
+    // Load the scripts: a WAIT behind an EVALSHA refused with NOSCRIPT is sent again after it.
+    let warm = client.lock("warm").unwrap().lock(&me).await.unwrap();
+    assert_eq!(replica.command(&["EXISTS", "warm"]), "1");
+    warm.unlock().await.unwrap();
     let lock = client.lock("acknowledged").unwrap();
     let before = command_calls(&master, "wait");
     let guard = lock.lock(&me).await.unwrap();
