@@ -11,6 +11,7 @@
 -- ARGV[4]  how to tell waiters: publish, spublish or both; empty to tell no one (spin lock)
 -- ARGV[5]  latch TTL in ms
 -- ARGV[6]  request id of this release, the same for its resends
+-- ARGV[7]  "1" when this is a resend (only a resend can find its request in the latch)
 --
 -- Reply: nil when the owner holds nothing (no latch is written);
 --        0 when holds remain (re-entered); 1 when the lock was freed and the message
@@ -20,10 +21,10 @@
 local key, channel, latch = KEYS[1], KEYS[2], KEYS[3]
 local message, lease, owner, publish = ARGV[1], valid_ms(ARGV[2]), ARGV[3], ARGV[4]
 local latch_ttl = valid_ms(ARGV[5])
-local request = ARGV[6]
+local request, resent = ARGV[6], ARGV[7] == '1'
 
 check_may_publish(publish, channel, message)
-local replayed, reply = latch_replay(latch, request)
+local replayed, reply = latch_replay(latch, request, resent)
 if replayed then
     return reply
 end

@@ -8,8 +8,12 @@ local NOT_HELD = 'none'
 
 -- A resent release (same request id) must not release a second time: returns true and the
 -- reply its first run recorded (nil for NOT_HELD), or false when the latch records no run of
--- this request (nothing, or another, earlier request of the same latch key).
-local function latch_replay(latch, request)
+-- this request (nothing, or another, earlier request of the same latch key). A first send
+-- (`resent` false) cannot have run before: the latch is not read.
+local function latch_replay(latch, request, resent)
+    if not resent then
+        return false
+    end
     local recorded = redis.call('get', latch)
     if not recorded then
         return false

@@ -13,7 +13,7 @@ use crate::observe;
 use crate::owner::LockOwner;
 use crate::protocol::Target;
 use crate::replicas::Confirmation;
-use crate::script::nil_or_int;
+use crate::script::{nil_or_int, static_arg};
 use crate::time::millis;
 use crate::wait::backoff::{release_resend_pause, RELEASE_SENDS};
 
@@ -100,7 +100,9 @@ pub(crate) async fn release(
         let mut call = lock.kind.release(lock, owner, lease_ms);
         let script = call.script;
         call.keys.push(latch.key.clone());
-        call.args.extend([latch_ttl.clone(), latch.request.clone()]);
+        let resent = static_arg(if sent > 1 { "1" } else { "0" });
+        call.args
+            .extend([latch_ttl.clone(), latch.request.clone(), resent]);
         match engine.run_confirmed(call, &lock.keys.raw, &lock.name).await {
             Err(error) if error.is_retryable() && sent < RELEASE_SENDS => {
                 tracing::debug!(%error, lock = %lock.name, "release failed; resending");
