@@ -277,7 +277,8 @@ impl Replicas {
                 let acknowledged = acknowledged.map_err(|e| map_redis_error(e, name))?;
                 self.check(acknowledged, name)
             }
-            Confirmation::Later => self.acknowledged(redis, key, name).await,
+            // Boxed, as rare: see `count`.
+            Confirmation::Later => Box::pin(self.acknowledged(redis, key, name)).await,
         }
     }
 
@@ -337,8 +338,11 @@ impl Replicas {
             }
             master
         };
+        // Boxed: fred's command futures are large, and every lock operation's future would
+        // carry (and move) this rare one's state.
         let info = CustomCommand::new_static("INFO", ClusterHash::Custom(slot), false);
-        let text: String = redis.custom(info, vec![Value::from("replication")]).await?;
+        let reading = redis.custom::<String, _>(info, vec![Value::from("replication")]);
+        let text = Box::pin(reading).await?;
         let count = text
             .lines()
             .find_map(|line| line.strip_prefix("connected_slaves:"))

@@ -89,8 +89,13 @@ impl ScriptRunner {
         keys: Vec<Value>,
         args: Vec<Value>,
     ) -> BoxFuture<Result<Value, RedisError>> {
-        let sent = self.send::<()>(script, keys, args, None);
-        Box::pin(async move { sent.await.0 })
+        let send = self.sender(script, keys, args);
+        Box::pin(async move {
+            match send.once().await {
+                Err(error) if is_noscript(&error) => send.loaded().await,
+                reply => reply,
+            }
+        })
     }
 
     /// [`run`](Self::run), with `behind` (a WAIT, say) sent right behind the EVALSHA, so
@@ -104,16 +109,25 @@ impl ScriptRunner {
         args: Vec<Value>,
         behind: BoxFuture<T>,
     ) -> BoxFuture<(Result<Value, RedisError>, Option<T>)> {
-        Box::pin(self.send(script, keys, args, Some(behind)))
+        let send = self.sender(script, keys, args);
+        Box::pin(async move {
+            let mut sent = std::pin::pin!(send.once());
+            // fred queues a command in its first poll: the EVALSHA goes first.
+            let early = std::future::poll_fn(|cx| Poll::Ready(sent.as_mut().poll(cx))).await;
+            let reply = async {
+                match early {
+                    Poll::Ready(reply) => reply,
+                    Poll::Pending => sent.await,
+                }
+            };
+            match tokio::join!(reply, behind) {
+                (Err(error), _) if is_noscript(&error) => (send.loaded().await, None),
+                (reply, followed) => (reply, Some(followed)),
+            }
+        })
     }
 
-    fn send<T: Send + 'static>(
-        &self,
-        script: &'static Script,
-        keys: Vec<Value>,
-        args: Vec<Value>,
-        behind: Option<BoxFuture<T>>,
-    ) -> impl Future<Output = (Result<Value, RedisError>, Option<T>)> + Send + 'static {
+    fn sender(&self, script: &'static Script, keys: Vec<Value>, args: Vec<Value>) -> Evalsha {
         let slot = keys
             .first()
             .and_then(|key| key.as_bytes())
@@ -124,50 +138,52 @@ impl ScriptRunner {
             timeout: Some(self.timeout),
             ..Default::default()
         };
-        let redis = self.redis.clone();
-        async move {
-            let command = || CustomCommand::new_static("EVALSHA", ClusterHash::Custom(slot), false);
-            // Built from `keys` and `args` again for a retry after NOSCRIPT.
-            let argv = || {
-                let mut argv = Vec::with_capacity(2 + keys.len() + args.len());
-                argv.push(Value::String(script.sha().clone()));
-                argv.push(Value::from(keys.len() as i64));
-                argv.extend_from_slice(&keys);
-                argv.extend_from_slice(&args);
-                argv
-            };
-            let client = redis.with_options(&options);
-            let mut sent = std::pin::pin!(client.custom::<Value, Value>(command(), argv()));
-            let (reply, followed) = match behind {
-                None => (sent.await, None),
-                Some(behind) => {
-                    // fred queues a command in its first poll: the EVALSHA goes first.
-                    let first = std::future::poll_fn(|cx| Poll::Ready(sent.as_mut().poll(cx)));
-                    let early = first.await;
-                    let reply = async {
-                        match early {
-                            Poll::Ready(reply) => reply,
-                            Poll::Pending => sent.await,
-                        }
-                    };
-                    let (reply, followed) = tokio::join!(reply, behind);
-                    (reply, Some(followed))
-                }
-            };
-            match reply {
-                Err(error) if is_noscript(&error) => {
-                    tracing::debug!(
-                        script = script.name,
-                        "script not cached by Redis; loading it"
-                    );
-                    if let Err(error) = redis.script_load_cluster::<Value, _>(script.lua).await {
-                        return (Err(error), None);
-                    }
-                    (client.custom::<Value, Value>(command(), argv()).await, None)
-                }
-                reply => (reply, followed),
-            }
+        Evalsha {
+            redis: self.redis.clone(),
+            options,
+            slot,
+            script,
+            keys,
+            args,
         }
+    }
+}
+
+/// One script call as EVALSHA sends it.
+struct Evalsha {
+    redis: Client,
+    options: Options,
+    slot: u16,
+    script: &'static Script,
+    keys: Vec<Value>,
+    args: Vec<Value>,
+}
+
+impl Evalsha {
+    /// One EVALSHA.
+    async fn once(&self) -> Result<Value, RedisError> {
+        let command = CustomCommand::new_static("EVALSHA", ClusterHash::Custom(self.slot), false);
+        let mut argv = Vec::with_capacity(2 + self.keys.len() + self.args.len());
+        argv.push(Value::String(self.script.sha().clone()));
+        argv.push(Value::from(self.keys.len() as i64));
+        argv.extend_from_slice(&self.keys);
+        argv.extend_from_slice(&self.args);
+        self.redis
+            .with_options(&self.options)
+            .custom::<Value, Value>(command, argv)
+            .await
+    }
+
+    /// After NOSCRIPT (which proves the script did not run): loads it, and sends it again.
+    async fn loaded(&self) -> Result<Value, RedisError> {
+        tracing::debug!(
+            script = self.script.name,
+            "script not cached by Redis; loading it"
+        );
+        (self.redis)
+            .script_load_cluster::<Value, _>(self.script.lua)
+            .await?;
+        self.once().await
     }
 }
 
