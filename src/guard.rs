@@ -19,7 +19,7 @@ use crate::protocol::Target;
 use crate::release::{release_settled, By, Released};
 use crate::script::BoxFuture;
 use crate::time::{lease_end, millis};
-use crate::watchdog::{HoldKey, Leaving, LostSignal, Standing, Ticket};
+use crate::watchdog::{HoldKey, Leaving, Ticket};
 
 /// How long a hold lasts without being released: renewed by the watchdog, or a fixed
 /// time. A `Lease` is checked when it is made, so every value is one the scripts accept.
@@ -88,11 +88,9 @@ impl fmt::Debug for Lease {
 /// the watchdog, or with a fixed lease), and the news that the hold is lost.
 pub(crate) struct Renewal {
     engine: Arc<Engine>,
-    /// `None` once the guard gave up its part (released or detached).
-    ticket: Option<Ticket>,
-    standing: LostSignal,
-    /// When a fixed lease ends; `None` for a watchdog lease.
-    ends: Option<Instant>,
+    ticket: Ticket,
+    /// Whether the guard still has its part (it gives it up when released or detached).
+    registered: bool,
 }
 
 impl Renewal {
@@ -108,12 +106,11 @@ impl Renewal {
         let ends = lease
             .fixed_duration()
             .map(|lease| lease_end(sent_at, lease));
-        let (ticket, standing) = engine.watchdog.register(hold, sent_at, ends, new_hold);
+        let ticket = engine.watchdog.register(hold, sent_at, ends, new_hold);
         Renewal {
             engine: engine.clone(),
-            ticket: Some(ticket),
-            standing,
-            ends,
+            ticket,
+            registered: true,
         }
     }
 
@@ -122,55 +119,26 @@ impl Renewal {
     /// part was given up before: the release must then touch nothing, since the owner may
     /// hold the lock again by a newer hold.
     pub(crate) fn finish(&mut self) -> Option<Leaving> {
-        let ticket = self.ticket.take()?;
-        self.engine.watchdog.leave(ticket)
+        if !std::mem::take(&mut self.registered) {
+            return None;
+        }
+        self.engine.watchdog.leave(&self.ticket)
     }
 
     /// Keeps the hold (and its renewal) after the guard is gone: the registration stays
     /// until [`Lock::unlock`](crate::Lock::unlock) releases the hold.
     pub(crate) fn detach(&mut self) {
-        drop(self.ticket.take());
+        self.registered = false;
     }
 
-    /// Whether the hold is lost: the watchdog said so, or a lease's deadline passed. A
-    /// closed channel means the registration ended for good: the lease will run out.
+    /// Whether the hold is lost: the watchdog said so, or a lease's deadline passed.
     pub(crate) fn is_lost(&self) -> bool {
-        // The clock is read under the channel's lock, where the watchdog decides whether a
-        // renewal came in time: a hold said lost here is never found renewed after.
-        let standing = self.standing.borrow();
-        lapsed(*standing, self.ends, Instant::now()) || self.standing.has_changed().is_err()
+        self.engine.watchdog.is_lost(&self.ticket)
     }
 
     pub(crate) fn lost(&self) -> impl Future<Output = ()> + Send + 'static {
-        let (mut standing, ends) = (self.standing.clone(), self.ends);
-        async move {
-            loop {
-                let deadline = {
-                    let current = standing.borrow_and_update();
-                    if lapsed(*current, ends, Instant::now()) {
-                        return;
-                    }
-                    [current.until(), ends].into_iter().flatten().min()
-                };
-                let deadline_passes = async move {
-                    match deadline {
-                        Some(deadline) => tokio::time::sleep_until(deadline).await,
-                        None => std::future::pending().await,
-                    }
-                };
-                tokio::select! {
-                    changed = standing.changed() => if changed.is_err() { return },
-                    _ = deadline_passes => {}
-                }
-            }
-        }
+        self.engine.watchdog.lost(&self.ticket)
     }
-}
-
-/// Whether a hold standing as `standing`, with a fixed lease ending at `ends`, is lost at
-/// `now`.
-fn lapsed(standing: Standing, ends: Option<Instant>, now: Instant) -> bool {
-    !standing.holds_at(now) || ends.is_some_and(|ends| now >= ends)
 }
 
 /// A release that completes even when its caller stops waiting: dropped before it is done
