@@ -19,7 +19,7 @@ use crate::protocol::Target;
 use crate::release::{release_settled, By, Released};
 use crate::script::BoxFuture;
 use crate::time::{lease_end, millis};
-use crate::watchdog::{HoldKey, Leaving, Ticket};
+use crate::watchdog::{HoldKey, Leaving, Ticket, Watchdog};
 
 /// How long a hold lasts without being released: renewed by the watchdog, or a fixed
 /// time. A `Lease` is checked when it is made, so every value is one the scripts accept.
@@ -85,9 +85,9 @@ impl fmt::Debug for Lease {
 }
 
 /// One guard's part in its hold: its entry in the client's registry of holds (renewed by
-/// the watchdog, or with a fixed lease), and the news that the hold is lost.
+/// the watchdog, or with a fixed lease), and the news that the hold is lost. The guard
+/// passes its client's watchdog to each call.
 pub(crate) struct Renewal {
-    engine: Arc<Engine>,
     ticket: Ticket,
     /// Whether the guard still has its part (it gives it up when released or detached).
     registered: bool,
@@ -108,7 +108,6 @@ impl Renewal {
             .map(|lease| lease_end(sent_at, lease));
         let ticket = engine.watchdog.register(hold, sent_at, ends, new_hold);
         Renewal {
-            engine: engine.clone(),
             ticket,
             registered: true,
         }
@@ -118,11 +117,11 @@ impl Renewal {
     /// thing in unlock and drop. `None` when the hold is already known to be lost, or the
     /// part was given up before: the release must then touch nothing, since the owner may
     /// hold the lock again by a newer hold.
-    pub(crate) fn finish(&mut self) -> Option<Leaving> {
+    pub(crate) fn finish(&mut self, watchdog: &Watchdog) -> Option<Leaving> {
         if !std::mem::take(&mut self.registered) {
             return None;
         }
-        self.engine.watchdog.leave(&self.ticket)
+        watchdog.leave(&self.ticket)
     }
 
     /// Keeps the hold (and its renewal) after the guard is gone: the registration stays
@@ -132,12 +131,12 @@ impl Renewal {
     }
 
     /// Whether the hold is lost: the watchdog said so, or a lease's deadline passed.
-    pub(crate) fn is_lost(&self) -> bool {
-        self.engine.watchdog.is_lost(&self.ticket)
+    pub(crate) fn is_lost(&self, watchdog: &Watchdog) -> bool {
+        watchdog.is_lost(&self.ticket)
     }
 
-    pub(crate) fn lost(&self) -> impl Future<Output = ()> + Send + 'static {
-        self.engine.watchdog.lost(&self.ticket)
+    pub(crate) fn lost(&self, watchdog: &Watchdog) -> impl Future<Output = ()> + Send + 'static {
+        watchdog.lost(&self.ticket)
     }
 }
 
@@ -281,12 +280,12 @@ impl LockGuard {
     /// # Cancel safety
     /// Cancel-safe; it only watches.
     pub fn lease_lost(&self) -> impl Future<Output = ()> + Send + 'static {
-        self.renewal.lost()
+        self.renewal.lost(&self.lock.engine.watchdog)
     }
 
     /// Whether [`lease_lost`](LockGuard::lease_lost) has completed.
     pub fn is_lease_lost(&self) -> bool {
-        self.renewal.is_lost()
+        self.renewal.is_lost(&self.lock.engine.watchdog)
     }
 
     /// The fencing token this hold was taken with; `Some` exactly for fenced holds.
@@ -305,7 +304,7 @@ impl LockGuard {
         let Some(Leaving {
             generation,
             keep_alive,
-        }) = self.renewal.finish()
+        }) = self.renewal.finish(&self.lock.engine.watchdog)
         else {
             return Err(not_held(&self.lock, &self.owner));
         };

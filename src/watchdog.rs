@@ -213,7 +213,7 @@ impl Eq for Registered {}
 /// The registry's part of one hold: its guards' parts.
 struct Entry {
     /// Holds with a watchdog lease: while there is one, the key is renewed.
-    renewed: usize,
+    renewed: u32,
     /// When each fixed-lease hold ends.
     fixed: Vec<Instant>,
     slot: u16,
