@@ -267,10 +267,15 @@ impl Registry {
             .map(|(registered, _)| &registered.0)
     }
 
+    /// Whether `hold` is the one registered under its key.
+    fn is_current(&self, hold: &Arc<Hold>) -> bool {
+        self.hold(&hold.key)
+            .is_some_and(|current| Arc::ptr_eq(current, hold))
+    }
+
     /// The entry of `hold`, while `hold` is the one registered under its key.
     fn entry_of(&mut self, hold: &Arc<Hold>) -> Option<&mut Entry> {
-        let current = self.hold(&hold.key)?;
-        if !Arc::ptr_eq(current, hold) {
+        if !self.is_current(hold) {
             return None;
         }
         self.holds.get_mut(&hold.key)
@@ -609,7 +614,7 @@ impl Watchdog {
                 Ok(Value::Array(flags)) if flags.len() == chunk.len() => {
                     let at = self.clock.now();
                     for (hold, flag) in chunk.iter().zip(flags) {
-                        if registry.entry_of(hold).is_none() {
+                        if !registry.is_current(hold) {
                             continue;
                         }
                         let key = &hold.key;
@@ -634,7 +639,7 @@ impl Watchdog {
                     }
                     let later = Instant::now();
                     for hold in &chunk {
-                        if registry.entry_of(hold).is_none() {
+                        if !registry.is_current(hold) {
                             continue;
                         }
                         let key = &hold.key;
