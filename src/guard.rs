@@ -19,7 +19,7 @@ use crate::protocol::Target;
 use crate::release::{release_settled, By, Released};
 use crate::script::BoxFuture;
 use crate::time::{lease_end, millis};
-use crate::watchdog::{HoldKey, Leaving, LostSignal, Standing, Ticket};
+use crate::watchdog::{HoldKey, Leaving, Ticket, Watchdog};
 
 /// How long a hold lasts without being released: renewed by the watchdog, or a fixed
 /// time. A `Lease` is checked when it is made, so every value is one the scripts accept.
@@ -85,14 +85,12 @@ impl fmt::Debug for Lease {
 }
 
 /// One guard's part in its hold: its entry in the client's registry of holds (renewed by
-/// the watchdog, or with a fixed lease), and the news that the hold is lost.
+/// the watchdog, or with a fixed lease), and the news that the hold is lost. The guard
+/// passes its client's watchdog to each call.
 pub(crate) struct Renewal {
-    engine: Arc<Engine>,
-    /// `None` once the guard gave up its part (released or detached).
-    ticket: Option<Ticket>,
-    standing: LostSignal,
-    /// When a fixed lease ends; `None` for a watchdog lease.
-    ends: Option<Instant>,
+    ticket: Ticket,
+    /// Whether the guard still has its part (it gives it up when released or detached).
+    registered: bool,
 }
 
 impl Renewal {
@@ -108,12 +106,10 @@ impl Renewal {
         let ends = lease
             .fixed_duration()
             .map(|lease| lease_end(sent_at, lease));
-        let (ticket, standing) = engine.watchdog.register(hold, sent_at, ends, new_hold);
+        let ticket = engine.watchdog.register(hold, sent_at, ends, new_hold);
         Renewal {
-            engine: engine.clone(),
-            ticket: Some(ticket),
-            standing,
-            ends,
+            ticket,
+            registered: true,
         }
     }
 
@@ -121,56 +117,27 @@ impl Renewal {
     /// thing in unlock and drop. `None` when the hold is already known to be lost, or the
     /// part was given up before: the release must then touch nothing, since the owner may
     /// hold the lock again by a newer hold.
-    pub(crate) fn finish(&mut self) -> Option<Leaving> {
-        let ticket = self.ticket.take()?;
-        self.engine.watchdog.leave(ticket)
+    pub(crate) fn finish(&mut self, watchdog: &Watchdog) -> Option<Leaving> {
+        if !std::mem::take(&mut self.registered) {
+            return None;
+        }
+        watchdog.leave(&self.ticket)
     }
 
     /// Keeps the hold (and its renewal) after the guard is gone: the registration stays
     /// until [`Lock::unlock`](crate::Lock::unlock) releases the hold.
     pub(crate) fn detach(&mut self) {
-        drop(self.ticket.take());
+        self.registered = false;
     }
 
-    /// Whether the hold is lost: the watchdog said so, or a lease's deadline passed. A
-    /// closed channel means the registration ended for good: the lease will run out.
-    pub(crate) fn is_lost(&self) -> bool {
-        // The clock is read under the channel's lock, where the watchdog decides whether a
-        // renewal came in time: a hold said lost here is never found renewed after.
-        let standing = self.standing.borrow();
-        lapsed(*standing, self.ends, Instant::now()) || self.standing.has_changed().is_err()
+    /// Whether the hold is lost: the watchdog said so, or a lease's deadline passed.
+    pub(crate) fn is_lost(&self, watchdog: &Watchdog) -> bool {
+        watchdog.is_lost(&self.ticket)
     }
 
-    pub(crate) fn lost(&self) -> impl Future<Output = ()> + Send + 'static {
-        let (mut standing, ends) = (self.standing.clone(), self.ends);
-        async move {
-            loop {
-                let deadline = {
-                    let current = standing.borrow_and_update();
-                    if lapsed(*current, ends, Instant::now()) {
-                        return;
-                    }
-                    [current.until(), ends].into_iter().flatten().min()
-                };
-                let deadline_passes = async move {
-                    match deadline {
-                        Some(deadline) => tokio::time::sleep_until(deadline).await,
-                        None => std::future::pending().await,
-                    }
-                };
-                tokio::select! {
-                    changed = standing.changed() => if changed.is_err() { return },
-                    _ = deadline_passes => {}
-                }
-            }
-        }
+    pub(crate) fn lost(&self, watchdog: &Watchdog) -> impl Future<Output = ()> + Send + 'static {
+        watchdog.lost(&self.ticket)
     }
-}
-
-/// Whether a hold standing as `standing`, with a fixed lease ending at `ends`, is lost at
-/// `now`.
-fn lapsed(standing: Standing, ends: Option<Instant>, now: Instant) -> bool {
-    !standing.holds_at(now) || ends.is_some_and(|ends| now >= ends)
 }
 
 /// A release that completes even when its caller stops waiting: dropped before it is done
@@ -313,12 +280,12 @@ impl LockGuard {
     /// # Cancel safety
     /// Cancel-safe; it only watches.
     pub fn lease_lost(&self) -> impl Future<Output = ()> + Send + 'static {
-        self.renewal.lost()
+        self.renewal.lost(&self.lock.engine.watchdog)
     }
 
     /// Whether [`lease_lost`](LockGuard::lease_lost) has completed.
     pub fn is_lease_lost(&self) -> bool {
-        self.renewal.is_lost()
+        self.renewal.is_lost(&self.lock.engine.watchdog)
     }
 
     /// The fencing token this hold was taken with; `Some` exactly for fenced holds.
@@ -337,7 +304,7 @@ impl LockGuard {
         let Some(Leaving {
             generation,
             keep_alive,
-        }) = self.renewal.finish()
+        }) = self.renewal.finish(&self.lock.engine.watchdog)
         else {
             return Err(not_held(&self.lock, &self.owner));
         };

@@ -42,13 +42,14 @@ impl Handle {
         if name.is_empty() {
             return Err(Error::invalid("a lock name must not be empty"));
         }
-        let raw = format!("{}{name}", engine.settings.name_prefix);
+        let prefix = &engine.settings.name_prefix;
+        let keys = LockKeys::new(&format!("{prefix}{name}"));
         let wait = kind.default_wait();
         Ok(Handle {
             lock: Arc::new(Target {
+                name: keys.raw.slice(prefix.len()..),
                 engine,
-                name: name.into(),
-                keys: LockKeys::new(&raw),
+                keys,
                 kind: Box::new(kind),
                 latches: Default::default(),
             }),

@@ -17,20 +17,31 @@ pub(crate) const NON_REENTRANT_REACQUIRE: &str = "NON_REENTRANT_REACQUIRE";
 /// Redisson's `prefixName`: `prefix:name` when the name already has a `{`, else
 /// `prefix:{name}`, so every derived name lands in the lock key's cluster slot.
 pub(crate) fn prefix_name(prefix: &str, name: &str) -> String {
-    if name.contains('{') {
-        format!("{prefix}:{name}")
-    } else {
-        format!("{prefix}:{{{name}}}")
-    }
+    let (open, close) = braces(name);
+    joined(&[prefix, ":", open, name, close])
 }
 
 /// Redisson's `suffixName`: `name:suffix` when the name has a `{`, else `{name}:suffix`.
 pub(crate) fn suffix_name(name: &str, suffix: &str) -> String {
+    let (open, close) = braces(name);
+    joined(&[open, name, close, ":", suffix])
+}
+
+/// The braces that make `name` a cluster hash tag, unless it has one.
+fn braces(name: &str) -> (&'static str, &'static str) {
     if name.contains('{') {
-        format!("{name}:{suffix}")
+        ("", "")
     } else {
-        format!("{{{name}}}:{suffix}")
+        ("{", "}")
     }
+}
+
+/// `parts` in one string of exactly their length: a name kept for the lock's life (or
+/// turned into shared text) then carries no spare capacity.
+fn joined(parts: &[&str]) -> String {
+    let mut text = String::with_capacity(parts.iter().map(|part| part.len()).sum());
+    parts.iter().for_each(|part| text.push_str(part));
+    text
 }
 
 /// The names derived from one lock's raw (prefixed) name.

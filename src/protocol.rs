@@ -27,8 +27,9 @@ use crate::watchdog::{HoldKey, Renew};
 /// names derived from it, and the kind that speaks its protocol.
 pub(crate) struct Target {
     pub(crate) engine: Arc<Engine>,
-    /// The user's name (errors and logs name it).
-    pub(crate) name: Arc<str>,
+    /// The user's name (errors and logs name it): the end of the lock key, after the
+    /// client's name prefix, sharing its text.
+    pub(crate) name: Str,
     pub(crate) keys: LockKeys,
     pub(crate) kind: Box<dyn Protocol>,
     /// Unlock latch keys of this handle's earlier releases, free for the next ones (see

@@ -13,16 +13,21 @@
 //! Guards see each hold's [`Standing`]: lost, or held until the watchdog lease's deadline,
 //! counted from the send of the command that last set the lease. A guard reports its hold
 //! lost once that deadline passes, even while a renewal is still on the wire, and the key
-//! on the server, whose TTL started later, cannot have expired before.
+//! on the server, whose TTL started later, cannot have expired before. The standing is one
+//! atomic word and one [`Notify`] per hold, shared by the registry and the hold's guards:
+//! a hold costs no task and no channel.
 
+use std::borrow::Borrow;
 use std::collections::HashMap;
+use std::future::Future;
+use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use fred::types::Value;
 use parking_lot::Mutex;
-use tokio::sync::{watch, Notify};
+use tokio::sync::Notify;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
@@ -55,59 +60,163 @@ pub(crate) enum Renew {
     Reader { key_prefix: Arc<str> },
 }
 
-/// A guard's part in a hold; hand it back with [`Watchdog::leave`].
+/// One hold of this client as it lives in Redis: every guard (and detached hold) of one
+/// owner on one lock, from the acquisition that created the field until it is gone. Shared
+/// by the registry and the hold's guards. A new hold of the same owner after this one was
+/// lost is a new `Hold` with a new `id`, which is how a guard of the lost hold knows it must
+/// not release the new one.
+#[derive(Debug)]
+struct Hold {
+    key: HoldKey,
+    id: u64,
+    standing: Standing,
+}
+
+/// A guard's part in a hold; hand it back with [`Watchdog::leave`], and ask the watchdog
+/// whether the hold is lost with [`Watchdog::is_lost`] and [`Watchdog::lost`].
 #[derive(Debug)]
 pub(crate) struct Ticket {
-    hold: HoldKey,
-    entry_id: u64,
+    hold: Arc<Hold>,
     /// When the guard's fixed lease ends; `None` for a watchdog lease.
     fixed: Option<Instant>,
 }
 
-/// One hold of this client as it lives in Redis: every guard (and detached hold) of one
-/// owner on one lock, from the acquisition that created the field until it is gone. A
-/// new hold of the same owner after this one was lost is a new entry with a new `id`,
-/// which is how a guard of the lost hold knows it must not release the new one.
-struct Entry {
-    id: u64,
-    slot: u16,
-    /// Holds of this entry with a watchdog lease: while there is one, the key is renewed.
-    renewed: usize,
-    /// When each fixed-lease hold of this entry ends.
-    fixed: Vec<Instant>,
-    /// When the watchdog lease runs out unless renewed (while `renewed > 0`): counted from
-    /// before the command that last set it was sent.
-    expires: Instant,
-    standing: watch::Sender<Standing>,
+impl Ticket {
+    /// Whether the guard's own fixed lease has ended by `now`.
+    fn fixed_ended(&self, now: Instant) -> bool {
+        self.fixed.is_some_and(|ends| now >= ends)
+    }
 }
 
-/// What the guards of a hold know of it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Standing {
-    /// Held; while a hold of the entry is renewed by the watchdog, `until` is when the
-    /// watchdog lease runs out unless renewed before (fixed leases are timed by their own
-    /// guards).
-    Held { until: Option<Instant> },
-    /// Lost for good.
-    Lost,
+/// The word of a [`Standing`] while the hold stands and no hold of it is renewed by the
+/// watchdog (fixed leases are timed by their own guards).
+const HELD: u64 = u64::MAX;
+/// The word of a [`Standing`] once the hold is lost, for good.
+const LOST: u64 = u64::MAX - 1;
+/// The latest deadline a word can hold (about 584 years after the watchdog started).
+const LAST_DEADLINE: u64 = u64::MAX - 2;
+
+/// What the guards of a hold know of it, without asking Redis: held (until the watchdog
+/// lease's deadline while a hold of it is renewed), or lost. One atomic word, so a guard's
+/// look costs no lock, and a notification for the guards awaiting the loss.
+#[derive(Debug)]
+struct Standing {
+    /// [`HELD`], [`LOST`], or the deadline on the watchdog's [`Clock`].
+    word: AtomicU64,
+    /// Woken when the hold becomes lost; a deadline passing is awaited with a timer.
+    lost: Notify,
 }
 
 impl Standing {
-    /// Whether the hold still stands at `now`.
-    pub(crate) fn holds_at(self, now: Instant) -> bool {
-        match self {
-            Standing::Held { until } => until.is_none_or(|until| now < until),
-            Standing::Lost => false,
+    fn new() -> Standing {
+        Standing {
+            word: AtomicU64::new(HELD),
+            lost: Notify::new(),
         }
     }
 
-    /// When the hold stops standing unless renewed before.
-    pub(crate) fn until(self) -> Option<Instant> {
-        match self {
-            Standing::Held { until } => until,
-            Standing::Lost => None,
+    /// Whether the hold stands at `now`; if it does and `next` is given, the deadline becomes
+    /// `next` ([`HELD`]: none). A deadline that passed by `now` makes the hold lost, for
+    /// good: checking and changing are one atomic step, so the watchdog never renews a hold
+    /// that a guard was told is lost.
+    fn settle(&self, now: u64, next: Option<u64>) -> bool {
+        let mut word = self.word.load(Ordering::Acquire);
+        loop {
+            let stands = word == HELD || (word != LOST && now < word);
+            let new = match next {
+                _ if !stands => LOST,
+                Some(next) => next,
+                None => word,
+            };
+            if new == word {
+                return stands;
+            }
+            match (self.word).compare_exchange_weak(word, new, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => {
+                    if new == LOST {
+                        self.lost.notify_waiters();
+                    }
+                    return stands;
+                }
+                Err(actual) => word = actual,
+            }
         }
     }
+
+    /// Whether the hold stands at `now`.
+    fn holds_at(&self, now: u64) -> bool {
+        self.settle(now, None)
+    }
+
+    /// The watchdog lease's deadline; `None` when lost or none is set.
+    fn deadline(&self) -> Option<u64> {
+        let word = self.word.load(Ordering::Acquire);
+        (word <= LAST_DEADLINE).then_some(word)
+    }
+
+    /// The hold is lost, for good.
+    fn lose(&self) {
+        if self.word.swap(LOST, Ordering::AcqRel) != LOST {
+            self.lost.notify_waiters();
+        }
+    }
+}
+
+/// The watchdog's clock: an instant as nanoseconds since the watchdog was made, so that a
+/// deadline fits in a [`Standing`]'s word.
+#[derive(Clone, Copy, Debug)]
+struct Clock {
+    start: Instant,
+}
+
+impl Clock {
+    /// `instant` on this clock; one before the start counts as the start, which only makes
+    /// a deadline pass sooner.
+    fn at(self, instant: Instant) -> u64 {
+        let nanos = instant.saturating_duration_since(self.start).as_nanos();
+        u64::try_from(nanos).map_or(LAST_DEADLINE, |n| n.min(LAST_DEADLINE))
+    }
+
+    fn now(self) -> u64 {
+        self.at(Instant::now())
+    }
+
+    fn instant(self, at: u64) -> Instant {
+        self.start + Duration::from_nanos(at)
+    }
+}
+
+/// A [`Hold`] as the registry files it: found by its [`HoldKey`].
+struct Registered(Arc<Hold>);
+
+impl Borrow<HoldKey> for Registered {
+    fn borrow(&self) -> &HoldKey {
+        &self.0.key
+    }
+}
+
+impl Hash for Registered {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.0.key.hash(state);
+    }
+}
+
+impl PartialEq for Registered {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.key == other.0.key
+    }
+}
+
+impl Eq for Registered {}
+
+/// The registry's part of one hold: its guards' parts.
+struct Entry {
+    /// Holds with a watchdog lease: while there is one, the key is renewed.
+    renewed: u32,
+    /// When each fixed-lease hold ends.
+    fixed: Vec<Instant>,
+    slot: u16,
 }
 
 impl Entry {
@@ -134,53 +243,52 @@ impl Entry {
         }
     }
 
-    /// Tells the guards the hold is lost, for good.
-    fn lose(&self) {
-        self.standing.send_replace(Standing::Lost);
-    }
-
-    /// Moves the watchdog lease's end to `expires`, unless the lease already ran out: then
-    /// the hold is lost (returns `false`), even if the server did renew it, since a guard
-    /// may have said so already. Decided under the channel's lock, with the clock read
-    /// there, as the guards read it: what a guard said is never contradicted.
-    fn extend(&mut self, expires: Instant) -> bool {
-        let mut kept = false;
-        self.standing.send_modify(|standing| {
-            kept = standing.holds_at(Instant::now());
-            *standing = if kept {
-                Standing::Held {
-                    until: Some(expires),
-                }
-            } else {
-                Standing::Lost
-            };
-        });
-        if kept {
-            self.expires = expires;
-        }
-        kept
-    }
-
     /// A renewed hold left: when none is renewed any more, only fixed leases remain, which
     /// their guards time themselves; unless the watchdog lease ran out meanwhile, which
     /// stays lost.
-    fn renewed_hold_left(&mut self) {
+    fn renewed_hold_left(&mut self, standing: &Standing, now: u64) {
         self.renewed = self.renewed.saturating_sub(1);
         if self.renewed == 0 {
-            self.standing.send_modify(|standing| {
-                *standing = if standing.holds_at(Instant::now()) {
-                    Standing::Held { until: None }
-                } else {
-                    Standing::Lost
-                };
-            });
+            standing.settle(now, Some(HELD));
         }
     }
 }
 
 struct Registry {
-    holds: HashMap<HoldKey, Entry>,
+    holds: HashMap<Registered, Entry>,
     closed: bool,
+}
+
+impl Registry {
+    /// The hold registered under `key`.
+    fn hold(&self, key: &HoldKey) -> Option<&Arc<Hold>> {
+        self.holds
+            .get_key_value(key)
+            .map(|(registered, _)| &registered.0)
+    }
+
+    /// Whether `hold` is the one registered under its key.
+    fn is_current(&self, hold: &Arc<Hold>) -> bool {
+        self.hold(&hold.key)
+            .is_some_and(|current| Arc::ptr_eq(current, hold))
+    }
+
+    /// The entry of `hold`, while `hold` is the one registered under its key.
+    fn entry_of(&mut self, hold: &Arc<Hold>) -> Option<&mut Entry> {
+        if !self.is_current(hold) {
+            return None;
+        }
+        self.holds.get_mut(&hold.key)
+    }
+
+    /// The hold of `key` leaves the registry: its guards learn that it is lost. Every hold
+    /// leaves through here, but for those dropped in bulk: at shutdown, each is told the
+    /// same way, and a lapsed one was lost when its lapse was seen.
+    fn remove(&mut self, key: &HoldKey) {
+        if let Some((registered, _)) = self.holds.remove_entry(key) {
+            registered.0.standing.lose();
+        }
+    }
 }
 
 /// What a guard that gives up its hold needs for the release script.
@@ -197,14 +305,12 @@ pub(crate) struct Watchdog {
     registry: Mutex<Registry>,
     next_id: AtomicU64,
     timeout: Duration,
+    clock: Clock,
     /// Group holds by cluster slot (else every hold is filed under slot 0).
     by_slot: bool,
     /// Wakes the task when the client closes.
     wake: Notify,
 }
-
-/// How a guard follows its hold's [`Standing`].
-pub(crate) type LostSignal = watch::Receiver<Standing>;
 
 impl Watchdog {
     /// `by_slot`: put only holds of one cluster slot in a script (clusters, and proxies in
@@ -217,157 +323,196 @@ impl Watchdog {
             }),
             next_id: AtomicU64::new(1),
             timeout,
+            clock: Clock {
+                start: Instant::now(),
+            },
             by_slot,
             wake: Notify::new(),
         })
     }
 
-    /// Records a guard of `hold` taken by a command sent at `sent_at`, with a fixed lease
+    /// Records a guard of `key` taken by a command sent at `sent_at`, with a fixed lease
     /// ending at `fixed` or (`None`) renewed by the watchdog. `new_hold`: the script found no
-    /// hold of the owner, so any entry still recorded belongs to a hold that was lost
-    /// meanwhile: its guards are told, and it is replaced. So is an entry whose watchdog
-    /// lease ran out, which its guards may have reported lost already.
+    /// hold of the owner, so any hold still recorded is one that was lost meanwhile: its
+    /// guards are told, and it is replaced. So is a hold whose watchdog lease ran out, which
+    /// its guards may have reported lost already.
     pub(crate) fn register(
         &self,
-        hold: HoldKey,
+        key: HoldKey,
         sent_at: Instant,
         fixed: Option<Instant>,
         new_hold: bool,
-    ) -> (Ticket, LostSignal) {
+    ) -> Ticket {
         let mut registry = self.registry.lock();
-        let closed = registry.closed;
-        let stale = registry
-            .holds
-            .get(&hold)
-            .is_some_and(|entry| new_hold || !entry.standing.borrow().holds_at(Instant::now()));
-        if stale {
-            let stale = registry.holds.remove(&hold).expect("checked above");
-            tracing::warn!(key = %hold.key, field = %hold.field, "hold lost: replaced by the owner's new acquisition");
-            observe::lease_lost(observe::Lost::Replaced);
-            stale.lose();
-        }
-        let entry = registry.holds.entry(hold.clone()).or_insert_with(|| Entry {
-            id: self.next_id.fetch_add(1, Ordering::Relaxed),
-            slot: if self.by_slot {
-                fred::util::redis_keyslot(hold.key.as_bytes())
-            } else {
-                0
-            },
-            renewed: 0,
-            fixed: Vec::new(),
-            expires: sent_at + self.timeout,
-            standing: watch::channel(Standing::Held { until: None }).0,
-        });
-        let first_renewed = fixed.is_none() && entry.renewed == 0;
+        let now = self.clock.now();
+        let current = registry.hold(&key).cloned();
+        let (hold, entry) = match current {
+            Some(hold) if !new_hold && hold.standing.holds_at(now) => {
+                let entry = registry.holds.get_mut(&key).expect("registered");
+                (hold, entry)
+            }
+            stale => {
+                if stale.is_some() {
+                    tracing::warn!(key = %key.key, field = %key.field, "hold lost: replaced by the owner's new acquisition");
+                    observe::lease_lost(observe::Lost::Replaced);
+                    registry.remove(&key);
+                }
+                let slot = if self.by_slot {
+                    fred::util::redis_keyslot(key.key.as_bytes())
+                } else {
+                    0
+                };
+                let hold = Arc::new(Hold {
+                    key,
+                    id: self.next_id.fetch_add(1, Ordering::Relaxed),
+                    standing: Standing::new(),
+                });
+                let entry = (registry.holds)
+                    .entry(Registered(hold.clone()))
+                    .or_insert(Entry {
+                        renewed: 0,
+                        fixed: Vec::new(),
+                        slot,
+                    });
+                (hold, entry)
+            }
+        };
         match fixed {
             Some(end) => entry.fixed.push(end),
             None => {
-                let expires = sent_at + self.timeout;
-                let expires = if first_renewed {
-                    expires
-                } else {
-                    entry.expires.max(expires)
+                let expires = self.clock.at(sent_at + self.timeout);
+                // A re-entry keeps the later of its own and the renewed deadline.
+                let expires = match hold.standing.deadline() {
+                    Some(current) if entry.renewed > 0 => current.max(expires),
+                    _ => expires,
                 };
                 entry.renewed += 1;
                 // A reply that came after the lease's end makes a hold that is lost at once.
-                entry.extend(expires);
+                hold.standing.settle(now, Some(expires));
             }
         }
-        let ticket = Ticket {
-            hold,
-            entry_id: entry.id,
-            fixed,
-        };
-        let signal = entry.standing.subscribe();
-        if closed {
+        if registry.closed {
             // Nobody will renew it: say so at once.
-            entry.lose();
+            hold.standing.lose();
         }
         // The task is not woken: its next tick, at most a period away, renews the new hold
         // in time, since its lease was just set for the whole watchdog timeout.
-        (ticket, signal)
+        Ticket { hold, fixed }
     }
 
-    /// A guard gives up its part: renewal stops with the entry's last renewed hold.
-    /// `None` when the guard's hold is already known to be lost (its entry was forgotten or
+    /// A guard gives up its part: renewal stops with the hold's last renewed guard.
+    /// `None` when the guard's hold is already known to be lost (it was forgotten or
     /// replaced by a newer hold of the owner): its release must then touch nothing.
-    pub(crate) fn leave(&self, ticket: Ticket) -> Option<Leaving> {
+    pub(crate) fn leave(&self, ticket: &Ticket) -> Option<Leaving> {
         let mut registry = self.registry.lock();
-        let entry = registry
-            .holds
-            .get_mut(&ticket.hold)
-            .filter(|entry| entry.id == ticket.entry_id)?;
+        let entry = registry.entry_of(&ticket.hold)?;
         match ticket.fixed {
             Some(end) => entry.remove_fixed(end),
-            None => entry.renewed_hold_left(),
+            None => entry.renewed_hold_left(&ticket.hold.standing, self.clock.now()),
         }
         let leaving = Leaving {
-            generation: entry.id,
+            generation: ticket.hold.id,
             keep_alive: entry.longest(self.timeout, Instant::now()),
         };
         if entry.is_empty() {
-            registry.holds.remove(&ticket.hold);
+            registry.remove(&ticket.hold.key);
         }
         Some(leaving)
     }
 
-    /// For a release without a guard (`Lock::unlock`): the entry as it is now, to be named
+    /// Whether the hold of `ticket` is lost: the watchdog said so, the watchdog lease's
+    /// deadline passed, or the guard's fixed lease ended.
+    pub(crate) fn is_lost(&self, ticket: &Ticket) -> bool {
+        let now = Instant::now();
+        !ticket.hold.standing.holds_at(self.clock.at(now)) || ticket.fixed_ended(now)
+    }
+
+    /// Completes once [`is_lost`](Self::is_lost) turns true: woken by the loss, or by a
+    /// timer at the next deadline (a renewal that moved it meanwhile sends it back to sleep).
+    pub(crate) fn lost(&self, ticket: &Ticket) -> impl Future<Output = ()> + Send + 'static {
+        let (hold, fixed, clock) = (ticket.hold.clone(), ticket.fixed, self.clock);
+        async move {
+            loop {
+                // Made before the look, so a loss right after it still wakes this.
+                let lost = hold.standing.lost.notified();
+                let now = Instant::now();
+                if !hold.standing.holds_at(clock.at(now)) || fixed.is_some_and(|f| now >= f) {
+                    return;
+                }
+                let renewed_until = hold.standing.deadline().map(|at| clock.instant(at));
+                let deadline = [renewed_until, fixed].into_iter().flatten().min();
+                let deadline_passes = async move {
+                    match deadline {
+                        Some(deadline) => tokio::time::sleep_until(deadline).await,
+                        None => std::future::pending().await,
+                    }
+                };
+                tokio::select! {
+                    () = lost => return,
+                    () = deadline_passes => {}
+                }
+            }
+        }
+    }
+
+    /// For a release without a guard (`Lock::unlock`): the hold as it is now, to be named
     /// when the reply arrives, and how long the key must live for the owner's holds.
-    pub(crate) fn plan_unlock(&self, hold: &HoldKey) -> (Option<u64>, Option<Duration>) {
+    pub(crate) fn plan_unlock(&self, key: &HoldKey) -> (Option<u64>, Option<Duration>) {
         let registry = self.registry.lock();
-        match registry.holds.get(hold) {
-            Some(entry) => (Some(entry.id), entry.longest(self.timeout, Instant::now())),
+        match registry.holds.get_key_value(key) {
+            Some((Registered(hold), entry)) => {
+                (Some(hold.id), entry.longest(self.timeout, Instant::now()))
+            }
             None => (None, None),
         }
     }
 
-    /// How long the key of `hold` must live for the holds this client knows of.
-    pub(crate) fn keep_alive(&self, hold: &HoldKey) -> Option<Duration> {
-        self.plan_unlock(hold).1
+    /// How long the key of `key` must live for the holds this client knows of.
+    pub(crate) fn keep_alive(&self, key: &HoldKey) -> Option<Duration> {
+        self.plan_unlock(key).1
     }
 
     /// The registrations of every hold of `key`, as `(hold, generation)`.
     pub(crate) fn generations_of_key(&self, key: &str) -> Vec<(HoldKey, u64)> {
         let registry = self.registry.lock();
-        registry
-            .holds
-            .iter()
-            .filter(|(hold, _)| &*hold.key == key)
-            .map(|(hold, entry)| (hold.clone(), entry.id))
+        (registry.holds.keys())
+            .filter(|Registered(hold)| &*hold.key.key == key)
+            .map(|Registered(hold)| (hold.key.clone(), hold.id))
             .collect()
     }
 
-    /// A release outside any guard (`Lock::unlock`) ended one hold of entry `id` (a
+    /// The hold registered under `key` if its generation is `id`.
+    fn generation(registry: &Registry, key: &HoldKey, id: Option<u64>) -> Option<Arc<Hold>> {
+        registry
+            .hold(key)
+            .filter(|hold| Some(hold.id) == id)
+            .cloned()
+    }
+
+    /// A release outside any guard (`Lock::unlock`) ended one hold of generation `id` (a
     /// detached one: a renewed hold if there is one, else the fixed one that ends first).
-    pub(crate) fn release_one(&self, hold: &HoldKey, id: Option<u64>) {
+    pub(crate) fn release_one(&self, key: &HoldKey, id: Option<u64>) {
         let mut registry = self.registry.lock();
-        let Some(entry) = registry.holds.get_mut(hold) else {
+        let Some(hold) = Self::generation(&registry, key, id) else {
             return;
         };
-        if Some(entry.id) != id {
-            return;
-        }
+        let entry = registry.holds.get_mut(key).expect("registered");
         if entry.renewed > 0 {
-            entry.renewed_hold_left();
+            entry.renewed_hold_left(&hold.standing, self.clock.now());
         } else if let Some(first) = entry.fixed.iter().min().copied() {
             entry.remove_fixed(first);
         }
         if entry.is_empty() {
-            registry.holds.remove(hold);
+            registry.remove(key);
         }
     }
 
-    /// Entry `id` of `hold` no longer exists on the server: stop renewing it and tell its
-    /// guards.
-    pub(crate) fn forget(&self, hold: &HoldKey, id: Option<u64>) {
+    /// Generation `id` of `key` no longer exists on the server: stop renewing it and tell
+    /// its guards.
+    pub(crate) fn forget(&self, key: &HoldKey, id: Option<u64>) {
         let mut registry = self.registry.lock();
-        if registry
-            .holds
-            .get(hold)
-            .is_some_and(|entry| Some(entry.id) == id)
-        {
-            let entry = registry.holds.remove(hold).expect("checked above");
-            entry.lose();
+        if Self::generation(&registry, key, id).is_some() {
+            registry.remove(key);
         }
     }
 
@@ -375,8 +520,8 @@ impl Watchdog {
     pub(crate) fn close(&self) {
         let mut registry = self.registry.lock();
         registry.closed = true;
-        for (_, entry) in registry.holds.drain() {
-            entry.lose();
+        for (Registered(hold), _) in registry.holds.drain() {
+            hold.standing.lose();
         }
         drop(registry);
         self.wake.notify_one();
@@ -386,9 +531,9 @@ impl Watchdog {
     /// renewal task has dropped it).
     pub(crate) fn renewed(&self) -> usize {
         let registry = self.registry.lock();
-        let now = Instant::now();
-        (registry.holds.values())
-            .filter(|e| e.renewed > 0 && e.standing.borrow().holds_at(now))
+        let now = self.clock.now();
+        (registry.holds.iter())
+            .filter(|(Registered(hold), entry)| entry.renewed > 0 && hold.standing.holds_at(now))
             .count()
     }
 
@@ -425,28 +570,29 @@ impl Watchdog {
     async fn renew_all(&self, runner: &ScriptRunner) -> Instant {
         let now = Instant::now();
         // One group per slot and renewal kind: each kind has its own script.
-        let mut batches: HashMap<(u16, bool), Vec<(HoldKey, u64)>> = HashMap::new();
+        let mut batches: HashMap<(u16, bool), Vec<Arc<Hold>>> = HashMap::new();
         {
             let mut registry = self.registry.lock();
             // A lease that ran out meanwhile (the process was paused, or the last renewal took
             // that long) is lost, and not renewed: the key then expires on its own soon.
-            registry.holds.retain(|hold, entry| {
-                let lapsed = entry.renewed > 0 && !entry.standing.borrow().holds_at(now);
+            let at = self.clock.at(now);
+            registry.holds.retain(|Registered(hold), entry| {
+                let lapsed = entry.renewed > 0 && !hold.standing.holds_at(at);
                 if lapsed {
-                    tracing::warn!(key = %hold.key, field = %hold.field, "hold lost: its lease ran out before it could be renewed");
-                    entry.lose();
+                    let key = &hold.key;
+                    tracing::warn!(key = %key.key, field = %key.field, "hold lost: its lease ran out before it could be renewed");
                 }
                 !lapsed
             });
-            for (hold, entry) in registry.holds.iter() {
+            for (Registered(hold), entry) in registry.holds.iter() {
                 if entry.renewed == 0 {
                     continue;
                 }
-                let reader = matches!(hold.renew, Renew::Reader { .. });
+                let reader = matches!(hold.key.renew, Renew::Reader { .. });
                 batches
                     .entry((entry.slot, reader))
                     .or_default()
-                    .push((hold.clone(), entry.id));
+                    .push(hold.clone());
             }
         }
         let mut calls = JoinSet::new();
@@ -459,30 +605,29 @@ impl Watchdog {
             }
         }
 
+        let next_lease = self.clock.at(now + self.timeout);
         let mut next_due = now + self.timeout;
         while let Some(joined) = calls.join_next().await {
             let Ok((chunk, reply)) = joined else { continue };
             let mut registry = self.registry.lock();
             match reply {
                 Ok(Value::Array(flags)) if flags.len() == chunk.len() => {
-                    for ((hold, id), flag) in chunk.iter().zip(flags) {
-                        let renewed = matches!(flag, Value::Integer(1));
-                        match registry.holds.get_mut(hold) {
-                            Some(entry) if entry.id == *id => {
-                                if !renewed {
-                                    tracing::warn!(key = %hold.key, field = %hold.field, "hold lost: it no longer exists in Redis");
-                                    observe::lease_lost(observe::Lost::Gone);
-                                    entry.lose();
-                                    registry.holds.remove(hold);
-                                } else if !entry.extend(now + self.timeout) {
-                                    tracing::warn!(key = %hold.key, field = %hold.field, "hold lost: its renewal was answered after its lease ran out");
-                                    observe::lease_lost(observe::Lost::Unreachable);
-                                    registry.holds.remove(hold);
-                                } else {
-                                    observe::renewed(1);
-                                }
-                            }
-                            _ => {}
+                    let at = self.clock.now();
+                    for (hold, flag) in chunk.iter().zip(flags) {
+                        if !registry.is_current(hold) {
+                            continue;
+                        }
+                        let key = &hold.key;
+                        if !matches!(flag, Value::Integer(1)) {
+                            tracing::warn!(key = %key.key, field = %key.field, "hold lost: it no longer exists in Redis");
+                            observe::lease_lost(observe::Lost::Gone);
+                            registry.remove(key);
+                        } else if !hold.standing.settle(at, Some(next_lease)) {
+                            tracing::warn!(key = %key.key, field = %key.field, "hold lost: its renewal was answered after its lease ran out");
+                            observe::lease_lost(observe::Lost::Unreachable);
+                            registry.remove(key);
+                        } else {
+                            observe::renewed(1);
                         }
                     }
                 }
@@ -493,21 +638,19 @@ impl Watchdog {
                         Ok(reply) => tracing::warn!(?reply, "unexpected renewal reply; will retry"),
                     }
                     let later = Instant::now();
-                    for (hold, id) in &chunk {
-                        let Some(entry) = registry.holds.get_mut(hold) else {
-                            continue;
-                        };
-                        if entry.id != *id {
+                    for hold in &chunk {
+                        if !registry.is_current(hold) {
                             continue;
                         }
-                        if entry.expires <= later {
-                            tracing::warn!(key = %hold.key, field = %hold.field, "hold lost: Redis unreachable until its lease ran out");
+                        let key = &hold.key;
+                        if !hold.standing.holds_at(self.clock.at(later)) {
+                            tracing::warn!(key = %key.key, field = %key.field, "hold lost: Redis unreachable until its lease ran out");
                             observe::lease_lost(observe::Lost::Unreachable);
-                            entry.lose();
-                            registry.holds.remove(hold);
-                        } else {
+                            registry.remove(key);
+                        } else if let Some(expires) = hold.standing.deadline() {
                             // Try again well before the lease ends.
-                            next_due = next_due.min(renewal_retry(later, entry.expires));
+                            let expires = self.clock.instant(expires);
+                            next_due = next_due.min(renewal_retry(later, expires));
                         }
                     }
                 }
@@ -519,17 +662,17 @@ impl Watchdog {
     /// The script renewing one chunk of holds of one kind; its reply has one flag per hold.
     fn renewal_call(
         &self,
-        chunk: &[(HoldKey, u64)],
+        chunk: &[Arc<Hold>],
         reader: bool,
     ) -> (&'static Script, Vec<Value>, Vec<Value>) {
         let ttl = Value::from(millis(self.timeout));
         if !reader {
             let keys = (chunk.iter())
-                .map(|(h, _)| Value::String(h.key.clone()))
+                .map(|h| Value::String(h.key.key.clone()))
                 .collect();
             let mut args = Vec::with_capacity(chunk.len() + 1);
             args.push(ttl);
-            args.extend(chunk.iter().map(|(h, _)| Value::String(h.field.clone())));
+            args.extend(chunk.iter().map(|h| Value::String(h.key.field.clone())));
             return (&RENEW_BATCH, keys, args);
         }
         // One (key, key prefix) pair per hold, each listing one reader: the reply then tells
@@ -537,14 +680,19 @@ impl Watchdog {
         let mut keys = Vec::with_capacity(chunk.len() * 2);
         let mut args = Vec::with_capacity(chunk.len() * 2 + 1);
         args.push(ttl);
-        for (hold, _) in chunk {
-            let Renew::Reader { key_prefix } = &hold.renew else {
+        for hold in chunk {
+            let HoldKey {
+                key,
+                field,
+                renew: Renew::Reader { key_prefix },
+            } = &hold.key
+            else {
                 unreachable!("chunks are grouped by renewal kind")
             };
-            keys.push(Value::String(hold.key.clone()));
+            keys.push(Value::String(key.clone()));
             keys.push(Value::from(&**key_prefix));
             args.push(Value::from(1_i64));
-            args.push(Value::String(hold.field.clone()));
+            args.push(Value::String(field.clone()));
         }
         (&READ_RENEW_BATCH, keys, args)
     }
@@ -567,34 +715,65 @@ mod tests {
         let watchdog = Watchdog::new(Duration::from_millis(100), false);
         let now = Instant::now();
         let in_a_minute = Some(now + Duration::from_secs(60));
-        let (_fixed, fixed_standing) = watchdog.register(hold(), now, in_a_minute, true);
+        let fixed = watchdog.register(hold(), now, in_a_minute, true);
+        assert!(!watchdog.is_lost(&fixed));
         // A re-entry with the watchdog lease whose reply came after that lease's end.
         let sent = now - Duration::from_millis(200);
-        let (renewed, renewed_standing) = watchdog.register(hold(), sent, None, false);
-        assert!(!renewed_standing.borrow().holds_at(Instant::now()));
+        let renewed = watchdog.register(hold(), sent, None, false);
+        assert!(watchdog.is_lost(&renewed));
         assert_eq!(
             watchdog.renewed(),
             0,
             "a lease that ran out is not being renewed"
         );
         // The lapsed guard leaving does not revive the hold for the fixed one.
-        assert!(watchdog.leave(renewed).is_some());
-        assert_eq!(*fixed_standing.borrow(), Standing::Lost);
+        assert!(watchdog.leave(&renewed).is_some());
+        assert!(watchdog.is_lost(&fixed));
     }
 
     #[test]
     fn a_guard_with_time_left_follows_the_renewals() {
         let watchdog = Watchdog::new(Duration::from_secs(30), false);
         let now = Instant::now();
-        let (ticket, standing) = watchdog.register(hold(), now, None, true);
-        assert_eq!(
-            *standing.borrow(),
-            Standing::Held {
-                until: Some(now + Duration::from_secs(30))
-            }
-        );
+        let ticket = watchdog.register(hold(), now, None, true);
+        let deadline = ticket
+            .hold
+            .standing
+            .deadline()
+            .map(|at| watchdog.clock.instant(at));
+        assert_eq!(deadline, Some(now + Duration::from_secs(30)));
+        assert!(!watchdog.is_lost(&ticket));
         assert_eq!(watchdog.renewed(), 1);
-        assert!(watchdog.leave(ticket).is_some());
+        assert!(watchdog.leave(&ticket).is_some());
+        assert_eq!(watchdog.renewed(), 0);
+        assert!(watchdog.is_lost(&ticket), "its last part left");
+    }
+
+    #[test]
+    fn a_guard_told_lost_is_never_contradicted_by_a_renewal() {
+        let standing = Standing::new();
+        assert!(standing.settle(10, Some(100)), "held until 100");
+        // A guard looks at 150: the deadline passed.
+        assert!(!standing.holds_at(150));
+        // The watchdog read its clock at 50, before the guard's look, and comes second.
+        assert!(
+            !standing.settle(50, Some(400)),
+            "the renewal does not revive it"
+        );
+        assert_eq!(standing.deadline(), None);
+        assert!(!standing.holds_at(60));
+    }
+
+    #[tokio::test]
+    async fn lost_completes_at_the_deadline_without_a_renewal() {
+        // Nothing runs the renewal task: the deadline passes unrenewed.
+        let watchdog = Watchdog::new(Duration::from_millis(200), false);
+        let ticket = watchdog.register(hold(), Instant::now(), None, true);
+        assert!(!watchdog.is_lost(&ticket));
+        tokio::time::timeout(Duration::from_secs(10), watchdog.lost(&ticket))
+            .await
+            .expect("lost() completes once the deadline passed");
+        assert!(watchdog.is_lost(&ticket));
         assert_eq!(watchdog.renewed(), 0);
     }
 }

@@ -350,6 +350,7 @@ async fn name_prefix_maps_every_key_and_channel() {
     let me = c.new_owner();
     let lock = c.lock("orders").unwrap();
     let guard = lock.lock(&me).await.unwrap();
+    assert_eq!(guard.name(), "orders", "the name as the user gave it");
     assert_eq!(
         server.command(&["HGET", "app1:orders", &me.to_string()]),
         "1"

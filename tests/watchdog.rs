@@ -14,13 +14,19 @@ async fn a_hold_lives_well_past_the_watchdog_timeout() {
     let lock = c.lock("kept").unwrap();
     let guard = lock.lock(&me).await.unwrap();
     let other = c.new_owner();
+    // Wakes at each deadline that a renewal has since moved, and must sleep again.
+    let lost = guard.lease_lost();
+    tokio::pin!(lost);
     // Time passing is what is under test here: over 3 watchdog timeouts.
     let until = Instant::now() + Duration::from_millis(3000);
     while Instant::now() < until {
         assert!(lock.try_lock(&other).await.unwrap().is_none());
         let ttl = pttl(&server, "kept");
         assert!(ttl > 0 && ttl <= 900, "pttl {ttl}");
-        tokio::time::sleep(Duration::from_millis(250)).await;
+        tokio::select! {
+            () = &mut lost => panic!("lease_lost completed while the hold was renewed"),
+            () = tokio::time::sleep(Duration::from_millis(250)) => {}
+        }
     }
     assert!(!guard.is_lease_lost());
     guard.unlock().await.unwrap();
