@@ -1,6 +1,7 @@
 //! Replica acknowledgement on a master with a replica: every acquisition and release waits
-//! until the replica has it; when the replica does not confirm, an acquisition is undone
-//! and fails clearly, and with the check off it goes ahead.
+//! until the replica has it, the tasks of a client sharing WAITs; when the replica does not
+//! confirm (paused, or cut off by the network), an acquisition is undone and fails clearly,
+//! and with the check off it goes ahead.
 
 mod support;
 
@@ -8,7 +9,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use redisson_lock::{Error, LockClient, LockClientBuilder};
-use support::topology::start_replica_of;
+use support::proxy::{FaultProxy, Net};
+use support::topology::{start_replica_of, start_replica_via};
 use support::*;
 
 /// A master with one replica in sync.
@@ -217,4 +219,69 @@ async fn an_acquisition_no_replica_confirms_is_undone() {
         .expect("free");
     drop(paused);
     guard.unlock().await.unwrap();
+}
+
+/// A replica cut off from its master by the network (its link open, nothing passing) does
+/// not confirm: the acquisition is undone and fails clearly, and once the network heals
+/// acquisitions go ahead. A replica that stops replicating for good is no longer waited for.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_cut_off_from_its_master_confirms_nothing() {
+    let master = RedisServer::start_with_args(&[
+        "--repl-diskless-sync",
+        "yes",
+        "--repl-diskless-sync-delay",
+        "0",
+    ]);
+    let link = FaultProxy::start(master.port()).await;
+    let replica = tokio::task::block_in_place(|| start_replica_via(&master, link.port()));
+    let client = client_of(&master, |b| {
+        b.wait_for_replicas(Some(Duration::from_millis(300)))
+    })
+    .await;
+    let lock = client.lock("cut-off").unwrap();
+    let me = client.new_owner();
+    lock.lock(&me).await.unwrap().unlock().await.unwrap();
+
+    link.set(Net::BlackHole);
+    match lock.try_lock(&me).await {
+        Err(Error::NotReplicated { name, .. }) => assert_eq!(name, "cut-off"),
+        other => panic!("expected NotReplicated, got {other:?}"),
+    }
+    assert_eq!(master.command(&["EXISTS", "cut-off"]), "0", "undone");
+
+    link.set(Net::Clear);
+    let guard = within(WAKE, "an acquisition once the network healed", async {
+        loop {
+            match lock.try_lock(&me).await {
+                Ok(guard) => return guard.expect("free"),
+                Err(Error::NotReplicated { .. }) => {}
+                Err(other) => panic!("{other:?}"),
+            }
+        }
+    })
+    .await;
+    assert_eq!(replica.command(&["EXISTS", "cut-off"]), "1");
+    guard.unlock().await.unwrap();
+
+    // Gone for good: the master counts no replica, and once the client read that (its count
+    // is at most a second old), nothing is waited for.
+    replica.command(&["REPLICAOF", "NO", "ONE"]);
+    within(WAKE, "a lock + unlock without WAIT", async {
+        loop {
+            let waits = command_calls(&master, "wait");
+            // Until the client reads the new count, its old one may still fail an operation.
+            let done = match lock.try_lock(&me).await {
+                Ok(guard) => guard.expect("free").unlock().await,
+                Err(error) => Err(error),
+            };
+            match done {
+                Ok(()) | Err(Error::NotReplicated { .. }) => {}
+                Err(other) => panic!("{other:?}"),
+            }
+            if done.is_ok() && command_calls(&master, "wait") == waits {
+                return;
+            }
+        }
+    })
+    .await;
 }

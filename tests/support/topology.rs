@@ -376,7 +376,13 @@ impl SentinelSetup {
 
 /// A replica of `master`, in sync. `DEBUG SLEEP` pauses it.
 pub fn start_replica_of(master: &RedisServer) -> RedisServer {
-    let port = master.port().to_string();
+    start_replica_via(master, master.port())
+}
+
+/// A replica of `master` that reaches it through loopback port `via` (a proxy's), in sync.
+/// Blocks the thread while it waits: from a Tokio test, call it in `block_in_place`.
+pub fn start_replica_via(master: &RedisServer, via: u16) -> RedisServer {
+    let port = via.to_string();
     let mut args = vec![
         "--replicaof",
         "127.0.0.1",
