@@ -577,12 +577,18 @@ impl Task {
             // One channel a command: channels of different slots may live on different
             // masters. fred waits for each confirmation.
             for channel in channels {
-                self.subscriber.ssubscribe(channel.to_string()).await?;
-                let node = self.node_of(channel);
-                if let Some(entry) = self.channels.lock().get_mut(channel) {
-                    entry.node = node;
-                }
+                self.ssubscribe(channel).await?;
             }
+        }
+        Ok(())
+    }
+
+    /// SSUBSCRIBEs `channel` on the master serving its slot, and notes which one that is.
+    async fn ssubscribe(&self, channel: &str) -> Result<(), RedisError> {
+        self.subscriber.ssubscribe(channel.to_string()).await?;
+        let node = self.node_of(channel);
+        if let Some(entry) = self.channels.lock().get_mut(channel) {
+            entry.node = node;
         }
         Ok(())
     }
@@ -620,8 +626,8 @@ impl Task {
     /// Reads the cluster's slot map again (when `read`); decides `Auto` again when the
     /// masters changed, and follows sharded subscriptions whose slot moved.
     async fn follow_topology(&mut self, read: bool) {
-        let subscribed = self.subscribed();
-        if subscribed.is_empty() && !self.choice.redecided {
+        let subscribed = self.channels.lock().values().any(|entry| entry.subscribed);
+        if !subscribed && !self.choice.redecided {
             return;
         }
         if read {
@@ -634,7 +640,7 @@ impl Task {
         if self.choice.redecided && masters != self.masters && self.decide_auto().await {
             self.masters = masters;
         }
-        if !subscribed.is_empty() && self.choice.current().sharded {
+        if subscribed && self.choice.current().sharded {
             self.follow_slots().await;
         }
     }
@@ -680,14 +686,8 @@ impl Task {
             // Listen before publishing by SPUBLISH. A channel that fails here has no node
             // and is retried by `follow_slots`.
             for channel in &subscribed {
-                match self.subscriber.ssubscribe(channel.to_string()).await {
-                    Ok(()) => {
-                        let node = self.node_of(channel);
-                        if let Some(entry) = self.channels.lock().get_mut(channel) {
-                            entry.node = node;
-                        }
-                    }
-                    Err(error) => tracing::debug!(%error, %channel, "SSUBSCRIBE failed"),
+                if let Err(error) = self.ssubscribe(channel).await {
+                    tracing::debug!(%error, %channel, "SSUBSCRIBE failed");
                 }
             }
             self.choice.auto_sharded.store(true, Ordering::Release);
@@ -724,12 +724,10 @@ impl Task {
         };
         for channel in moved {
             tracing::debug!(%channel, "the channel's slot moved; subscribing on its new master");
-            match self.subscriber.ssubscribe(channel.to_string()).await {
+            match self.ssubscribe(&channel).await {
                 Ok(()) => {
                     observe::resubscribed_after_slot_move();
-                    let node = self.node_of(&channel);
-                    if let Some(entry) = self.channels.lock().get_mut(&channel) {
-                        entry.node = node;
+                    if let Some(entry) = self.channels.lock().get(&channel) {
                         wake(&entry.notify, Wake::All);
                     }
                 }

@@ -298,7 +298,7 @@ impl Replicas {
     /// # Errors
     /// [`Error::NotReplicated`] naming `name` when no replica confirmed within the timeout;
     /// [`Error::Redis`] when the master cannot be asked.
-    pub(crate) async fn acknowledged(&self, redis: &Client, key: &str, name: &str) -> Result<()> {
+    async fn acknowledged(&self, redis: &Client, key: &str, name: &str) -> Result<()> {
         let Some(timeout) = self.timeout else {
             return Ok(());
         };

@@ -22,14 +22,7 @@ async fn cluster_client_with(
     cluster: &Cluster,
     configure: impl FnOnce(LockClientBuilder) -> LockClientBuilder,
 ) -> LockClient {
-    let builder = LockClient::builder()
-        .url(&cluster.url())
-        .watchdog_timeout(Duration::from_secs(30))
-        .command_timeout(Duration::from_secs(5));
-    configure(builder)
-        .build()
-        .await
-        .expect("connect to the test cluster")
+    deployment_client(&cluster.url(), configure).await
 }
 
 /// How many connections the master serving `channel` counts as sharded subscribers.
@@ -244,16 +237,16 @@ async fn auto_is_decided_again_when_the_masters_change() {
         .0;
     let client = cluster_client(&cluster, PubSubMode::Auto).await;
     // Locks on a master that has sharded pub/sub throughout.
-    let name = (0..)
-        .map(|i| format!("redecided-{i}"))
-        .find(|name| cluster.master_of(name).port() != old)
-        .unwrap();
-    let waited = format!("{name}-waited");
-    let waited = if cluster.master_of(&waited).port() != old {
-        waited
-    } else {
-        name.clone()
+    let on_a_modern_master = |prefix: &str| {
+        (0..)
+            .map(|i| format!("{prefix}-{i}"))
+            .find(|name| cluster.master_of(name).port() != old)
+            .unwrap()
     };
+    let (name, waited) = (
+        on_a_modern_master("redecided"),
+        on_a_modern_master("waited"),
+    );
     assert_eq!(heard_release(&cluster, &client, &name).await, (true, false));
 
     // A Java hold with a waiter that waits through the upgrade.

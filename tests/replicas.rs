@@ -29,11 +29,7 @@ async fn client_of(
     master: &RedisServer,
     configure: impl FnOnce(LockClientBuilder) -> LockClientBuilder,
 ) -> LockClient {
-    let builder = LockClient::builder()
-        .url(&master.url())
-        .watchdog_timeout(Duration::from_secs(30))
-        .command_timeout(Duration::from_secs(5));
-    configure(builder).build().await.unwrap()
+    deployment_client(&master.url(), configure).await
 }
 
 /// Pauses `replica` for `seconds` in a thread of its own; joins when dropped.

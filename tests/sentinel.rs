@@ -14,14 +14,7 @@ async fn sentinel_client(
     setup: &SentinelSetup,
     configure: impl FnOnce(LockClientBuilder) -> LockClientBuilder,
 ) -> LockClient {
-    let builder = LockClient::builder()
-        .url(&setup.url())
-        .watchdog_timeout(Duration::from_secs(30))
-        .command_timeout(Duration::from_secs(5));
-    configure(builder)
-        .build()
-        .await
-        .expect("connect through the Sentinels")
+    deployment_client(&setup.url(), configure).await
 }
 
 /// The server among master and replica that listens on `port`.

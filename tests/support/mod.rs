@@ -71,6 +71,23 @@ pub async fn client_with(
         .expect("connect to the test server")
 }
 
+/// A client of the deployment at `url` (a cluster, Sentinels, a replicated master) whose
+/// holds outlive the test unless released (30 s watchdog), with time for a topology change
+/// (5 s per command), configured further by `configure`.
+pub async fn deployment_client(
+    url: &str,
+    configure: impl FnOnce(LockClientBuilder) -> LockClientBuilder,
+) -> LockClient {
+    let builder = LockClient::builder()
+        .url(url)
+        .watchdog_timeout(Duration::from_secs(30))
+        .command_timeout(Duration::from_secs(5));
+    configure(builder)
+        .build()
+        .await
+        .expect("connect to the test deployment")
+}
+
 /// A client with a 30 s watchdog: holds outlive the test unless released; renewals every 10 s.
 pub async fn long_watchdog_client(server: &RedisServer) -> LockClient {
     client_with(server, |b| b.watchdog_timeout(Duration::from_secs(30))).await
