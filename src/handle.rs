@@ -10,6 +10,7 @@ use std::time::Duration;
 use fred::interfaces::{HashesInterface, KeysInterface};
 use fred::types::Value;
 use tokio::time::Instant;
+use tracing::Instrument;
 
 use crate::attempt::Taken;
 use crate::attempt::{Attempt, InFlight};
@@ -17,7 +18,7 @@ use crate::engine::Engine;
 use crate::error::{map_redis_error, Error, Result};
 use crate::guard::{Finishing, Lease, LockGuard, Renewal};
 use crate::keys::LockKeys;
-use crate::observe;
+use crate::observe::{self, Since};
 use crate::owner::LockOwner;
 use crate::protocol::{Place, Protocol, Target};
 use crate::release::{release, release_settled, replicated, By, Released};
@@ -90,15 +91,18 @@ impl Handle {
         &self.lock.engine.server
     }
 
-    /// Takes the lock, waiting until the hold is taken.
-    pub(crate) fn lock(
+    /// Takes the lock, waiting until the hold is taken; `wrap` makes the kind's guard.
+    /// (The wrapping is done here, in the one future, rather than by the caller awaiting
+    /// this one: each layer of `async` that awaits a future it was given stores it twice.)
+    pub(crate) fn lock<G>(
         &self,
         owner: &LockOwner,
-    ) -> impl Future<Output = Result<LockGuard>> + Send + 'static {
+        wrap: impl FnOnce(LockGuard) -> G + Send + 'static,
+    ) -> impl Future<Output = Result<G>> + Send + 'static {
         let (handle, owner) = (self.clone(), owner.clone());
         async move {
             match handle.acquire(&owner, Wait::Forever).await? {
-                Some(guard) => Ok(guard),
+                Some(guard) => Ok(wrap(guard)),
                 None => Err(Error::UnexpectedReply {
                     script: "acquire",
                     detail: "a wait without a deadline ended without a hold".into(),
@@ -107,32 +111,37 @@ impl Handle {
         }
     }
 
-    /// One attempt.
-    pub(crate) fn try_lock(
+    /// One attempt; `wrap` makes the kind's guard.
+    pub(crate) fn try_lock<G>(
         &self,
         owner: &LockOwner,
-    ) -> impl Future<Output = Result<Option<LockGuard>>> + Send + 'static {
+        wrap: impl FnOnce(LockGuard) -> G + Send + 'static,
+    ) -> impl Future<Output = Result<Option<G>>> + Send + 'static {
         let (handle, owner) = (self.clone(), owner.clone());
-        async move { handle.acquire(&owner, Wait::Once).await }
+        async move { Ok(handle.acquire(&owner, Wait::Once).await?.map(wrap)) }
     }
 
-    /// Waits at most `wait`.
-    pub(crate) fn try_lock_for(
+    /// Waits at most `wait`; `wrap` makes the kind's guard.
+    pub(crate) fn try_lock_for<G>(
         &self,
         owner: &LockOwner,
         wait: Duration,
-    ) -> impl Future<Output = Result<Option<LockGuard>>> + Send + 'static {
+        wrap: impl FnOnce(LockGuard) -> G + Send + 'static,
+    ) -> impl Future<Output = Result<Option<G>>> + Send + 'static {
         let (handle, owner) = (self.clone(), owner.clone());
         async move {
             let wait = Wait::from_limit(wait)?;
-            handle.acquire(&owner, wait).await
+            Ok(handle.acquire(&owner, wait).await?.map(wrap))
         }
     }
 
     /// Takes a hold for `owner`, waiting as `wait` says: `Ok(None)` when the wait ran out.
     pub(crate) async fn acquire(&self, owner: &LockOwner, wait: Wait) -> Result<Option<LockGuard>> {
-        let (name, kind) = (&self.lock.name, self.lock.kind.kind());
-        observe::acquiring(name, kind, self.acquire_observed(owner, wait)).await
+        let (since, kind) = (Since::now(), self.lock.kind.kind());
+        let span = observe::acquire_span(&self.lock.name, kind);
+        let outcome = self.acquire_observed(owner, wait).instrument(span).await;
+        observe::acquired(kind, since, &outcome);
+        outcome
     }
 
     async fn acquire_observed(&self, owner: &LockOwner, wait: Wait) -> Result<Option<LockGuard>> {
@@ -417,8 +426,7 @@ macro_rules! exclusive_lock {
                 &self,
                 owner: &$crate::owner::LockOwner,
             ) -> impl std::future::Future<Output = $crate::error::Result<$guard>> + Send + 'static {
-                let acquiring = self.inner.lock(owner);
-                async move { acquiring.await.map($wrap) }
+                self.inner.lock(owner, $wrap)
             }
 
             /// One attempt: takes the lock for `owner` if it can be had now, without
@@ -435,8 +443,7 @@ macro_rules! exclusive_lock {
                 owner: &$crate::owner::LockOwner,
             ) -> impl std::future::Future<Output = $crate::error::Result<Option<$guard>>> + Send + 'static
             {
-                let acquiring = self.inner.try_lock(owner);
-                async move { Ok(acquiring.await?.map($wrap)) }
+                self.inner.try_lock(owner, $wrap)
             }
 
             /// Takes the lock for `owner`, waiting at most `wait`; `Ok(None)` when the wait
@@ -456,8 +463,7 @@ macro_rules! exclusive_lock {
                 wait: std::time::Duration,
             ) -> impl std::future::Future<Output = $crate::error::Result<Option<$guard>>> + Send + 'static
             {
-                let acquiring = self.inner.try_lock_for(owner, wait);
-                async move { Ok(acquiring.await?.map($wrap)) }
+                self.inner.try_lock_for(owner, wait, $wrap)
             }
 
             /// Releases one hold of `owner` without a guard, Java style: the counterpart of

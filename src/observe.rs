@@ -1,6 +1,6 @@
 //! What operators see of the locks: `tracing` spans around acquiring, waiting and releasing,
 //! metrics through the `metrics` facade (with the `metrics` feature), and the name this
-//! client gives its command connection. Every call site elsewhere is one line; without the
+//! client gives its command connection. Call sites elsewhere take a line or two; without the
 //! feature the metric calls compile to nothing and [`Since`] is empty.
 //!
 //! The names and labels are listed in `docs/operations.md`; `kind` is the lock kind's name
@@ -8,12 +8,9 @@
 //! are too many); they are span fields. This module sits below every other: it takes names
 //! and kinds as plain strings.
 
-use std::future::Future;
-
 use fred::clients::Client;
 use fred::interfaces::ClientLike;
 use fred::types::{ClusterHash, CustomCommand, Value};
-use tracing::Instrument;
 use uuid::Uuid;
 
 #[cfg(feature = "metrics")]
@@ -69,28 +66,30 @@ impl Since {
     }
 }
 
-/// Runs one acquisition of the lock `name` of kind `kind` inside an `acquire` span, and
-/// counts its outcome and how long it took.
-pub(crate) async fn acquiring<T>(
-    name: &str,
-    kind: &'static str,
-    acquire: impl Future<Output = Result<Option<T>>>,
-) -> Result<Option<T>> {
-    let _since = Since::now();
-    let span = tracing::info_span!("acquire", lock = name, kind);
-    let outcome = acquire.instrument(span).await;
+/// The `acquire` span of one acquisition of the lock `name` of kind `kind`; the caller
+/// runs the acquisition in it (`.instrument(span)`) and then reports with [`acquired`].
+/// (Not a wrapper taking the future: an `async fn` keeps its argument beside the future
+/// it awaits, which doubles the size of every acquisition's future.)
+pub(crate) fn acquire_span(name: &str, kind: &'static str) -> tracing::Span {
+    tracing::info_span!("acquire", lock = name, kind)
+}
+
+/// Counts the outcome of an acquisition of a lock of kind `kind` begun at `since`, and
+/// how long it took.
+#[inline]
+pub(crate) fn acquired<T>(kind: &'static str, since: Since, outcome: &Result<Option<T>>) {
     #[cfg(feature = "metrics")]
     {
-        let result = match &outcome {
+        let result = match outcome {
             Ok(Some(_)) => "acquired",
             Ok(None) => "busy",
             Err(_) => "error",
         };
         let labels = [("kind", kind), ("outcome", result)];
         metrics::counter!(name::ACQUISITIONS, &labels).increment(1);
-        metrics::histogram!(name::WAIT_SECONDS, &labels).record(_since.at.elapsed());
+        metrics::histogram!(name::WAIT_SECONDS, &labels).record(since.at.elapsed());
     }
-    outcome
+    let _ = (kind, since, outcome);
 }
 
 /// A waiter between its first attempt and its outcome: a `wait` span (a child of the
@@ -124,19 +123,20 @@ pub(crate) fn held(kind: &'static str, since: Since) {
     let _ = (kind, since);
 }
 
-/// Runs one release of the lock `name` of kind `kind` (its script, resends included) inside
-/// a `release` span, and counts a failure: an error, or a reply `not_held` says held nothing.
-pub(crate) async fn releasing<R>(
-    name: &str,
-    kind: &'static str,
-    release: impl Future<Output = Result<R>>,
-    not_held: impl Fn(&R) -> bool,
-) -> Result<R> {
-    let span = tracing::info_span!("release", lock = name, kind);
-    let released = release.instrument(span).await;
+/// The `release` span of one release of the lock `name` of kind `kind` (its script,
+/// resends included); the caller runs the release in it and then reports with
+/// [`released`].
+pub(crate) fn release_span(name: &str, kind: &'static str) -> tracing::Span {
+    tracing::info_span!("release", lock = name, kind)
+}
+
+/// Counts a failed release of a lock of kind `kind`: an error, or a reply `not_held` says
+/// held nothing.
+#[inline]
+pub(crate) fn released<R>(kind: &'static str, released: &Result<R>, not_held: impl Fn(&R) -> bool) {
     #[cfg(feature = "metrics")]
     {
-        let error = match &released {
+        let error = match released {
             Ok(reply) if not_held(reply) => Some("not_held"),
             Ok(_) => None,
             Err(Error::Redis(_)) => Some("redis"),
@@ -148,9 +148,7 @@ pub(crate) async fn releasing<R>(
             metrics::counter!(name::UNLOCK_ERRORS, &labels).increment(1);
         }
     }
-    #[cfg(not(feature = "metrics"))]
-    let _ = not_held;
-    released
+    let _ = (kind, released, not_held);
 }
 
 /// A release of a lock of kind `kind` is sent again.

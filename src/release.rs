@@ -5,6 +5,7 @@
 use std::time::Duration;
 
 use fred::types::Value;
+use tracing::Instrument;
 
 use crate::engine::Engine;
 use crate::error::{Error, Result};
@@ -53,9 +54,11 @@ pub(crate) async fn release_settled(
     by: By,
 ) -> Result<Released> {
     let hold = lock.hold_key(owner);
-    let (name, kind, releasing) = (&lock.name, lock.kind.kind(), release(lock, owner, lease_ms));
-    let (released, confirmation) =
-        observe::releasing(name, kind, releasing, |(r, _)| *r == Released::NotHeld).await?;
+    let kind = lock.kind.kind();
+    let span = observe::release_span(&lock.name, kind);
+    let outcome = release(lock, owner, lease_ms).instrument(span).await;
+    observe::released(kind, &outcome, |(r, _)| *r == Released::NotHeld);
+    let (released, confirmation) = outcome?;
     let watchdog = &lock.engine.watchdog;
     match (released, by) {
         (Released::Partly, By::Owner) => watchdog.release_one(&hold, generation),

@@ -126,8 +126,7 @@ impl ReadWriteLock {
         &self,
         owner: &LockOwner,
     ) -> impl Future<Output = Result<ReadGuard>> + Send + 'static {
-        let acquire = self.read.lock(owner);
-        async move { acquire.await.map(ReadGuard) }
+        self.read.lock(owner, ReadGuard)
     }
 
     /// One attempt at a read hold for `owner`, without waiting. `Ok(None)` when another
@@ -142,8 +141,7 @@ impl ReadWriteLock {
         &self,
         owner: &LockOwner,
     ) -> impl Future<Output = Result<Option<ReadGuard>>> + Send + 'static {
-        let acquire = self.read.try_lock(owner);
-        async move { Ok(acquire.await?.map(ReadGuard)) }
+        self.read.try_lock(owner, ReadGuard)
     }
 
     /// Takes a read hold for `owner`, waiting at most `wait`. `Ok(None)` when the wait ran
@@ -162,8 +160,7 @@ impl ReadWriteLock {
         owner: &LockOwner,
         wait: Duration,
     ) -> impl Future<Output = Result<Option<ReadGuard>>> + Send + 'static {
-        let acquire = self.read.try_lock_for(owner, wait);
-        async move { Ok(acquire.await?.map(ReadGuard)) }
+        self.read.try_lock_for(owner, wait, ReadGuard)
     }
 
     /// Takes the write hold for `owner`, waiting as long as it takes.
@@ -192,8 +189,7 @@ impl ReadWriteLock {
         &self,
         owner: &LockOwner,
     ) -> impl Future<Output = Result<WriteGuard>> + Send + 'static {
-        let acquire = self.write.lock(owner);
-        async move { acquire.await.map(WriteGuard) }
+        self.write.lock(owner, WriteGuard)
     }
 
     /// One attempt at the write hold for `owner`, without waiting. `Ok(None)` when another
@@ -210,8 +206,7 @@ impl ReadWriteLock {
         &self,
         owner: &LockOwner,
     ) -> impl Future<Output = Result<Option<WriteGuard>>> + Send + 'static {
-        let acquire = self.write.try_lock(owner);
-        async move { Ok(acquire.await?.map(WriteGuard)) }
+        self.write.try_lock(owner, WriteGuard)
     }
 
     /// Takes the write hold for `owner`, waiting at most `wait`. `Ok(None)` when the wait
@@ -232,8 +227,7 @@ impl ReadWriteLock {
         owner: &LockOwner,
         wait: Duration,
     ) -> impl Future<Output = Result<Option<WriteGuard>>> + Send + 'static {
-        let acquire = self.write.try_lock_for(owner, wait);
-        async move { Ok(acquire.await?.map(WriteGuard)) }
+        self.write.try_lock_for(owner, wait, WriteGuard)
     }
 
     /// Releases one read hold of `owner` without a guard, Java style: the counterpart of a

@@ -105,6 +105,23 @@ where
         Attempt::Acquired(hold) => return Ok(Some(hold)),
         Attempt::Busy { ttl } => ttl,
     };
+    // The waiting state (subscription, timers, registrations) is kilobytes: boxed, so that
+    // an acquisition that needs no wait neither carries nor moves it.
+    Box::pin(wait(engine, wake, deadline, attempt, ttl)).await
+}
+
+/// The rest of [`acquire`] after a first attempt found the lock busy for `ttl`.
+async fn wait<T, F, Fut>(
+    engine: &Engine,
+    wake: Wake<'_>,
+    deadline: Option<Instant>,
+    mut attempt: F,
+    ttl: Option<Duration>,
+) -> Result<Option<T>>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<Attempt<T>>>,
+{
     let _waiting = observe::Waiting::start();
     let (channel, mut spin) = match wake {
         Wake::Messages(channel) => (channel, None),
