@@ -17,7 +17,7 @@ end
 -- owner's other holds (or other readers) may need longer. `new_key`: the key did not exist,
 -- so its TTL is set without reading it. Returns the new count.
 local function add_hold(key, owner, lease, new_key)
-    local count = redis.call('hincrby', key, owner, 1)
+    local count = redis.call('hincrby', key, owner, '1')
     if new_key or redis.call('pttl', key) < tonumber(lease) then
         redis.call('pexpire', key, lease)
     end

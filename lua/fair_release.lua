@@ -12,8 +12,7 @@
 -- ARGV[4]  now: the caller's wall clock in epoch ms
 -- ARGV[5]  how to tell waiters: publish, spublish or both (see publish.lua)
 -- ARGV[6]  latch TTL in ms
--- ARGV[7]  request id of this release, the same for its resends
--- ARGV[8]  "1" when this is a resend (only a resend can find its request in the latch)
+-- ARGV[7]  request id of this release, the same for every send of it
 --
 -- Reply: nil when the owner holds nothing; 0 when holds remain (re-entered; the TTL is
 --        reset to the lease); 1 when the lock was freed and the head waiter was told.
@@ -27,10 +26,10 @@
 local key, queue, deadlines, channel_base, latch = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local message, lease, owner = ARGV[1], valid_ms(ARGV[2]), ARGV[3]
 local now, publish, latch_ttl = tonumber(ARGV[4]), ARGV[5], valid_ms(ARGV[6])
-local request, resent = ARGV[7], ARGV[8] == '1'
+local request = ARGV[7]
 
 check_may_publish(publish, channel_base, message)
-local replayed, reply = latch_replay(latch, request, resent)
+local replayed, reply = latch_replay(latch, request)
 if replayed then
     return reply
 end

@@ -10,29 +10,33 @@
 -- ARGV[3]  owner field <client uuid>:<owner id>
 -- ARGV[4]  how to tell waiters: publish, spublish or both; empty to tell no one (spin lock)
 -- ARGV[5]  latch TTL in ms
--- ARGV[6]  request id of this release, the same for its resends
--- ARGV[7]  "1" when this is a resend (only a resend can find its request in the latch)
+-- ARGV[6]  request id of this release, the same for every send of it
 --
--- Reply: nil when the owner holds nothing (no latch is written);
---        0 when holds remain (re-entered); 1 when the lock was freed and the message
---        published (unless ARGV[4] is empty).
--- A retry with the same request id replays the first reply from the latch instead of
--- releasing a second time.
+-- Reply: nil when the owner holds nothing; 0 when holds remain (re-entered); 1 when the
+--        lock was freed and the message published (unless ARGV[4] is empty).
+-- A send of a request that already ran replays its reply from the latch instead of
+-- releasing a second time. The outcome is known from the count before anything is written,
+-- so it is recorded and the previous record read in one command.
 local key, channel, latch = KEYS[1], KEYS[2], KEYS[3]
 local message, lease, owner, publish = ARGV[1], valid_ms(ARGV[2]), ARGV[3], ARGV[4]
-local latch_ttl = valid_ms(ARGV[5])
-local request, resent = ARGV[6], ARGV[7] == '1'
+local latch_ttl, request = valid_ms(ARGV[5]), ARGV[6]
 
-check_may_publish(publish, channel, message)
-local replayed, reply = latch_replay(latch, request, resent)
+local count = tonumber(redis.call('hget', key, owner))
+local outcome = nil
+if count then
+    outcome = count > 1 and 0 or 1
+end
+if outcome == 1 then
+    check_may_publish(publish, channel, message)
+end
+local replayed, reply = latch_claim(latch, latch_ttl, request, outcome)
 if replayed then
     return reply
 end
-local released = release_hold(key, owner, lease)
-if released == nil then
-    return nil
-end
-if released == 1 then
+if outcome == 0 then
+    drop_hold(key, owner, lease)
+elseif outcome == 1 then
+    redis.call('del', key)
     notify(publish, channel, message)
 end
-return latch_record(latch, latch_ttl, request, released)
+return outcome

@@ -10,8 +10,7 @@
 -- ARGV[2]  owner field <client uuid>:<owner id>
 -- ARGV[3]  how to tell waiters: publish, spublish or both (see publish.lua)
 -- ARGV[4]  latch TTL in ms
--- ARGV[5]  request id of this release, the same for its resends
--- ARGV[6]  "1" when this is a resend (only a resend can find its request in the latch)
+-- ARGV[5]  request id of this release, the same for every send of it
 --
 -- Reply: nil when the owner holds no read hold; 0 when the lock is still held (by this
 --        owner's other holds, other readers, or the writer), its TTL then shrunk to the
@@ -27,10 +26,10 @@
 -- replay 1; here the latch holds "none", which replays as nil. Other clients see the same.
 local key, channel, timeout_prefix, key_prefix, latch = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local message, owner, publish, latch_ttl = ARGV[1], ARGV[2], ARGV[3], valid_ms(ARGV[4])
-local request, resent = ARGV[5], ARGV[6] == '1'
+local request = ARGV[5]
 
 check_may_publish(publish, channel, message)
-local replayed, reply = latch_replay(latch, request, resent)
+local replayed, reply = latch_replay(latch, request)
 if replayed then
     return reply
 end

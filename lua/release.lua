@@ -6,20 +6,22 @@
 -- here would replay as a release that happened.
 local NOT_HELD = 'none'
 
--- A resent release (same request id) must not release a second time: returns true and the
--- reply its first run recorded (nil for NOT_HELD), or false when the latch records no run of
--- this request (nothing, or another, earlier request of the same latch key). A first send
--- (`resent` false) cannot have run before: the latch is not read.
-local function latch_replay(latch, request, resent)
-    if not resent then
-        return false
+-- The record of `request` with the reply `outcome` (nil, 0 or 1, the only replies a
+-- release has), spelled out rather than converted: Lua formats a number with sprintf.
+local function latch_value(request, outcome)
+    if outcome == nil then
+        return request .. ':' .. NOT_HELD
+    elseif outcome == 0 then
+        return request .. ':0'
     end
-    local recorded = redis.call('get', latch)
-    if not recorded then
-        return false
-    end
+    return request .. ':1'
+end
+
+-- The reply a latch record `recorded` gives for `request`: true and that reply when the
+-- record is this request's (a send of it already ran); false when it is another's.
+local function latch_reply(recorded, request)
     local prefix = request .. ':'
-    if string.sub(recorded, 1, #prefix) ~= prefix then
+    if not recorded or string.sub(recorded, 1, #prefix) ~= prefix then
         return false
     end
     local outcome = string.sub(recorded, #prefix + 1)
@@ -29,21 +31,38 @@ local function latch_replay(latch, request, resent)
     return true, tonumber(outcome)
 end
 
+-- A send of a release that already ran (same request id: a resend, or a first send that
+-- arrives after its resend) must not release a second time: returns true and the reply the
+-- run recorded, or false when the latch records no run of this request. Every send reads
+-- it: a first send delayed on a dead connection can run after its resend did.
+local function latch_replay(latch, request)
+    return latch_reply(redis.call('get', latch), request)
+end
+
 -- Records the reply `outcome` (0, 1, or nil for "not held") of `request` in the latch for
--- `ttl` ms, so that a resend replays it; returns it for the script to reply.
+-- `ttl` ms, so that a later send of it replays it; returns it for the script to reply.
 local function latch_record(latch, ttl, request, outcome)
-    local value = outcome
-    if value == nil then
-        value = NOT_HELD
-    end
-    redis.call('set', latch, request .. ':' .. value, 'px', ttl)
+    redis.call('set', latch, latch_value(request, outcome), 'px', ttl)
     return outcome
+end
+
+-- latch_replay and latch_record in one command, for a release that knows its outcome
+-- before it writes: records `outcome` and reads the record it replaces. When that was
+-- this request's, the record is put back and true is returned with its reply; the caller
+-- then writes nothing. Otherwise false: the caller goes on to release.
+local function latch_claim(latch, ttl, request, outcome)
+    local previous = redis.call('set', latch, latch_value(request, outcome), 'px', ttl, 'get')
+    local replayed, reply = latch_reply(previous, request)
+    if replayed and reply ~= outcome then
+        redis.call('set', latch, previous, 'px', ttl)
+    end
+    return replayed, reply
 end
 
 -- One hold of `field` fewer. While others remain, the key lives `lease` ms from now: what
 -- the caller computed that the owner's other holds need. Returns how many remain.
 local function drop_hold(key, field, lease)
-    local left = redis.call('hincrby', key, field, -1)
+    local left = redis.call('hincrby', key, field, '-1')
     if left > 0 then
         redis.call('pexpire', key, lease)
     end

@@ -8,8 +8,7 @@
 -- ARGV[3]  the owner's write field <client uuid>:<owner id>:write
 -- ARGV[4]  how to tell waiters: publish, spublish or both (see publish.lua)
 -- ARGV[5]  latch TTL in ms
--- ARGV[6]  request id of this release, the same for its resends
--- ARGV[7]  "1" when this is a resend (only a resend can find its request in the latch)
+-- ARGV[6]  request id of this release, the same for every send of it
 --
 -- Reply: nil when the owner holds no write hold; 0 when write holds remain (re-entered; the
 --        TTL is reset to the lease); 1 when the last write hold was released: the lock was
@@ -27,10 +26,10 @@
 local key, channel, latch = KEYS[1], KEYS[2], KEYS[3]
 local message, lease, write_owner, publish = ARGV[1], valid_ms(ARGV[2]), ARGV[3], ARGV[4]
 local latch_ttl = valid_ms(ARGV[5])
-local request, resent = ARGV[6], ARGV[7] == '1'
+local request = ARGV[6]
 
 check_may_publish(publish, channel, message)
-local replayed, reply = latch_replay(latch, request, resent)
+local replayed, reply = latch_replay(latch, request)
 if replayed then
     return reply
 end

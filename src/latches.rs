@@ -6,7 +6,7 @@
 //! reply. Here every lock handle keeps the latch keys of its earlier releases and reuses
 //! them: a release overwrites the record of an earlier one that was answered, so a lock +
 //! unlock costs its two scripts and nothing else. A record names its request, so a resend
-//! only ever replays its own outcome. A key is reused only when its release was answered at
+//! (or a first send that arrives after its resend) only ever replays its own outcome. A key is reused only when its release was answered at
 //! its first send: then no other send of that request exists that could still run later.
 //! The keys of a handle are deleted when the handle is dropped, by one task per client that
 //! gathers them and UNLINKs them together, grouped by cluster slot; a key that is not reused

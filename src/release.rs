@@ -14,7 +14,7 @@ use crate::observe;
 use crate::owner::LockOwner;
 use crate::protocol::Target;
 use crate::replicas::Confirmation;
-use crate::script::{nil_or_int, static_arg};
+use crate::script::nil_or_int;
 use crate::time::millis;
 use crate::wait::backoff::{release_resend_pause, RELEASE_SENDS};
 
@@ -103,9 +103,7 @@ pub(crate) async fn release(
         let mut call = lock.kind.release(lock, owner, lease_ms);
         let script = call.script;
         call.keys.push(latch.key.clone());
-        let resent = static_arg(if sent > 1 { "1" } else { "0" });
-        call.args
-            .extend([latch_ttl.clone(), latch.request.clone(), resent]);
+        call.args.extend([latch_ttl.clone(), latch.request.clone()]);
         match engine.run_confirmed(call, &lock.keys.raw, &lock.name).await {
             Err(error) if error.is_retryable() && sent < RELEASE_SENDS => {
                 tracing::debug!(%error, lock = %lock.name, "release failed; resending");
