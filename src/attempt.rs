@@ -94,24 +94,33 @@ impl Reply {
 /// An acquire script on the wire. If the caller drops it before the reply arrives, the
 /// reply is awaited in the background and a hold it took is handed to `orphan`, which
 /// releases it. This keeps `tokio::time::timeout(lock.lock(..))` and `select!` safe.
-pub(crate) struct InFlight<T: Send + 'static> {
+pub(crate) struct InFlight<T, O>
+where
+    T: Send + 'static,
+    O: FnOnce(T) -> BoxFuture<()> + Send + 'static,
+{
     call: Option<BoxFuture<Result<Attempt<T>>>>,
-    orphan: Option<Box<dyn FnOnce(T) -> BoxFuture<()> + Send>>,
+    orphan: Option<O>,
 }
 
-impl<T: Send + 'static> InFlight<T> {
-    pub(crate) fn new(
-        call: BoxFuture<Result<Attempt<T>>>,
-        orphan: impl FnOnce(T) -> BoxFuture<()> + Send + 'static,
-    ) -> Self {
+impl<T, O> InFlight<T, O>
+where
+    T: Send + 'static,
+    O: FnOnce(T) -> BoxFuture<()> + Send + 'static,
+{
+    pub(crate) fn new(call: BoxFuture<Result<Attempt<T>>>, orphan: O) -> Self {
         InFlight {
             call: Some(call),
-            orphan: Some(Box::new(orphan)),
+            orphan: Some(orphan),
         }
     }
 }
 
-impl<T: Send + 'static> Future for InFlight<T> {
+impl<T, O> Future for InFlight<T, O>
+where
+    T: Send + 'static,
+    O: FnOnce(T) -> BoxFuture<()> + Send + 'static,
+{
     type Output = Result<Attempt<T>>;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
@@ -125,9 +134,18 @@ impl<T: Send + 'static> Future for InFlight<T> {
     }
 }
 
-impl<T: Send + 'static> Unpin for InFlight<T> {}
+impl<T, O> Unpin for InFlight<T, O>
+where
+    T: Send + 'static,
+    O: FnOnce(T) -> BoxFuture<()> + Send + 'static,
+{
+}
 
-impl<T: Send + 'static> Drop for InFlight<T> {
+impl<T, O> Drop for InFlight<T, O>
+where
+    T: Send + 'static,
+    O: FnOnce(T) -> BoxFuture<()> + Send + 'static,
+{
     fn drop(&mut self) {
         let (Some(call), Some(orphan)) = (self.call.take(), self.orphan.take()) else {
             return;

@@ -23,7 +23,7 @@ use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 use crate::error::{map_redis_error, Error, Result};
-use crate::script::{Call, ScriptRunner};
+use crate::script::{slot_of, Call, ScriptRunner};
 use crate::time::millis;
 
 /// How long a master's replica count is trusted before INFO is asked again.
@@ -185,14 +185,15 @@ struct Cache {
 }
 
 impl Cache {
-    /// The master serving `slot` by a copy of the slot map at most [`COUNT_TTL`] old.
-    fn master(&mut self, redis: &Client, slot: u16) -> Option<Server> {
-        let fresh = self
-            .routing
-            .as_ref()
-            .is_some_and(|(_, read_at)| read_at.elapsed() < COUNT_TTL);
+    /// The master serving `slot` by a copy of the slot map at most [`COUNT_TTL`] old at
+    /// `now`; `None` outside a cluster.
+    fn master(&mut self, redis: &Client, slot: u16, now: Instant) -> Option<Server> {
+        if !redis.is_clustered() {
+            return None;
+        }
+        let fresh = (self.routing.as_ref()).is_some_and(|(_, read_at)| now - *read_at < COUNT_TTL);
         if !fresh {
-            self.routing = Some((redis.cached_cluster_state(), Instant::now()));
+            self.routing = Some((redis.cached_cluster_state(), now));
         }
         let (routing, _) = self.routing.as_ref()?;
         routing.as_ref()?.get_server(slot).cloned()
@@ -226,7 +227,7 @@ impl Replicas {
                 Confirmation::Needless,
             );
         };
-        let slot = fred::util::redis_keyslot(key.as_bytes());
+        let slot = slot_of(redis, key.as_bytes());
         let request = match self.count(redis, slot).await {
             Ok((_, 0)) => {
                 return (
@@ -302,7 +303,7 @@ impl Replicas {
         let Some(timeout) = self.timeout else {
             return Ok(());
         };
-        let slot = fred::util::redis_keyslot(key.as_bytes());
+        let slot = slot_of(redis, key.as_bytes());
         let (master, replicas) = self
             .count(redis, slot)
             .await
@@ -329,10 +330,11 @@ impl Replicas {
     /// [`COUNT_TTL`].
     async fn count(&self, redis: &Client, slot: u16) -> Result<(Option<Server>, i64), RedisError> {
         let master = {
+            let now = Instant::now();
             let mut cache = self.cache.lock();
-            let master = cache.master(redis, slot);
+            let master = cache.master(redis, slot, now);
             if let Some((count, read_at)) = cache.counts.get(&master) {
-                if read_at.elapsed() < COUNT_TTL {
+                if now - *read_at < COUNT_TTL {
                     return Ok((master, *count));
                 }
             }

@@ -7,7 +7,7 @@ use std::sync::OnceLock;
 use std::task::Poll;
 use std::time::Duration;
 
-use fred::clients::Client;
+use fred::clients::{Client, WithOptions};
 use fred::error::Error as RedisError;
 use fred::interfaces::{ClientLike, LuaInterface};
 use fred::types::config::Options;
@@ -64,17 +64,35 @@ pub(crate) fn static_arg(text: &'static str) -> Value {
     Value::String(fred::bytes_utils::Str::from_static(text))
 }
 
+/// The cluster slot of `key`, which routes a command about it; 0 outside a cluster, where
+/// fred ignores it (not worth hashing the key for).
+pub(crate) fn slot_of(redis: &impl ClientLike, key: &[u8]) -> u16 {
+    if redis.is_clustered() {
+        fred::util::redis_keyslot(key)
+    } else {
+        0
+    }
+}
+
 /// Runs scripts by EVALSHA. Cheap to clone; its futures own what they need.
 #[derive(Clone)]
 pub(crate) struct ScriptRunner {
-    redis: Client,
-    timeout: Duration,
+    /// The client with this crate's options for scripts: one attempt, the command timeout
+    /// (made once: fred copies a client and its options for each `with_options`).
+    redis: WithOptions<Client>,
 }
 
 impl ScriptRunner {
     /// `timeout` bounds each command.
     pub(crate) fn new(redis: Client, timeout: Duration) -> ScriptRunner {
-        ScriptRunner { redis, timeout }
+        let options = Options {
+            max_attempts: Some(1),
+            timeout: Some(timeout),
+            ..Default::default()
+        };
+        ScriptRunner {
+            redis: redis.with_options(&options),
+        }
     }
 
     /// Sends `script` once. fred never resends it on its own: a lock script that reached
@@ -128,19 +146,10 @@ impl ScriptRunner {
     }
 
     fn sender(&self, script: &'static Script, keys: Vec<Value>, args: Vec<Value>) -> Evalsha {
-        let slot = keys
-            .first()
-            .and_then(|key| key.as_bytes())
-            .map(fred::util::redis_keyslot)
-            .unwrap_or(0);
-        let options = Options {
-            max_attempts: Some(1),
-            timeout: Some(self.timeout),
-            ..Default::default()
-        };
+        let key = keys.first().and_then(|key| key.as_bytes());
+        let slot = key.map_or(0, |key| slot_of(&*self.redis, key));
         Evalsha {
             redis: self.redis.clone(),
-            options,
             slot,
             script,
             keys,
@@ -151,8 +160,7 @@ impl ScriptRunner {
 
 /// One script call as EVALSHA sends it.
 struct Evalsha {
-    redis: Client,
-    options: Options,
+    redis: WithOptions<Client>,
     slot: u16,
     script: &'static Script,
     keys: Vec<Value>,
@@ -168,10 +176,7 @@ impl Evalsha {
         argv.push(Value::from(self.keys.len() as i64));
         argv.extend_from_slice(&self.keys);
         argv.extend_from_slice(&self.args);
-        self.redis
-            .with_options(&self.options)
-            .custom::<Value, Value>(command, argv)
-            .await
+        self.redis.custom::<Value, Value>(command, argv).await
     }
 
     /// After NOSCRIPT (which proves the script did not run): loads it, and sends it again.
@@ -180,7 +185,8 @@ impl Evalsha {
             script = self.script.name,
             "script not cached by Redis; loading it"
         );
-        (self.redis)
+        // On the plain client: loading is harmless to retry, and fred may.
+        (*self.redis)
             .script_load_cluster::<Value, _>(self.script.lua)
             .await?;
         self.once().await
