@@ -33,8 +33,9 @@
 -- * the released hold's own key expires strictly before the hash: another hold's key
 --   expires with the hash, and nothing is scanned (the common case with many readers);
 -- * otherwise (it was the latest, or tied with it) the scan stops at the first remaining
---   key that lives as long as the hash. Readers that joined last come last in HGETALL
---   while the hash is small, so the scan goes backwards.
+--   key that lives as long as the hash. Readers that joined last come last in HKEYS while
+--   the hash is small, so the scan goes backwards, reading each count only when it gets
+--   there (far cheaper than HGETALL when it stops at once, the usual case for a tie).
 -- The released key's PTTL is read before the hash's, and the hash's before the others', so a
 -- clock that moves between two reads can only make the scan go on. A hash without a TTL, and
 -- write mode (a writer that also reads), always scan in full, as Java does.
@@ -88,9 +89,9 @@ if redis.call('hlen', key) > 1 then
         return latch_record(latch, latch_ttl, request, 0)
     end
     local longest = -3
-    local fields = redis.call('hgetall', key)
-    for i = #fields - 1, 1, -2 do
-        local count = tonumber(fields[i + 1])
+    local fields = redis.call('hkeys', key)
+    for i = #fields, 1, -1 do
+        local count = tonumber(redis.call('hget', key, fields[i]))
         if count then
             for n = count, 1, -1 do
                 local remaining = redis.call('pttl', key_prefix .. ':' .. fields[i] .. ':rwlock_timeout:' .. n)
