@@ -67,13 +67,16 @@ if not mode then
     notify(publish, channel, message)
     return latch_record(latch, latch_ttl, request, nil)
 end
-if redis.call('hexists', key, owner) == 0 then
+local count = tonumber(redis.call('hget', key, owner))
+if not count then
     return nil
 end
 
-local left = redis.call('hincrby', key, owner, -1)
+local left = count - 1
 if left == 0 then
     redis.call('hdel', key, owner)
+else
+    redis.call('hset', key, owner, left)
 end
 local released = timeout_prefix .. ':' .. (left + 1)
 local released_ttl = redis.call('pttl', released)
