@@ -13,13 +13,40 @@
 -- ARGV[5]  request id of this release, the same for every send of it
 --
 -- Reply: nil when the owner holds no read hold; 0 when the lock is still held (by this
---        owner's other holds, other readers, or the writer), its TTL then shrunk to the
---        longest live reader's; 1 when the lock was freed and the message published.
+--        owner's other holds, other readers, or the writer), its TTL then the longest live
+--        reader's; 1 when the lock was freed and the message published.
 -- A retry with the same request id replays the first reply from the latch.
 --
 -- Readers whose every timeout key expired are dead: when no live reader is left (and no
 -- writer), the whole lock is deleted, as Java does. This is why every client must renew its
 -- readers' timeout keys.
+--
+-- The TTL without a full scan. Java recomputes the TTL on every release: one PTTL per
+-- remaining hold of every reader, so a release costs more the more readers hold the lock.
+-- In read mode the hash expires when its latest reader's timeout key does: the first reader
+-- gives both its lease, a joining reader raises the hash to its own lease when that is
+-- longer, a renewal gives the hash and the renewed keys the same TTL, and a recompute sets
+-- the latest. So a recompute cannot change the TTL while another live hold's key expires no
+-- sooner than the hash; the TTL then stays as it is (reply 0), which is found in one of two
+-- ways:
+-- * the released hold's own key expires strictly before the hash: another hold's key
+--   expires with the hash, and nothing is scanned (the common case with many readers);
+-- * otherwise (it was the latest, or tied with it) the scan stops at the first remaining
+--   key that lives as long as the hash. Readers that joined last come last in HKEYS while
+--   the hash is small, so the scan goes backwards, reading each count only when it gets
+--   there (far cheaper than HGETALL when it stops at once, the usual case for a tie).
+-- The released key's PTTL is read before the hash's, and the hash's before the others', so a
+-- clock that moves between two reads can only make the scan go on. A hash without a TTL, and
+-- write mode (a writer that also reads), always scan in full, as Java does.
+--
+-- Deliberate difference from Java: where the hash's expiry is not its latest reader's, a
+-- full scan would have moved it. A renewal (ours or Java's) can set the hash below a reader
+-- holding a longer fixed lease, and a writer that downgrades leaves its own TTL; a full scan
+-- would raise the TTL to that reader's key, or lower it to the latest live key, or delete
+-- the lock when every other reader is dead. Here the TTL stays as it was until a release
+-- that scans in full, or until it runs out. For exclusion this is harmless: the lock never
+-- expires sooner than before the release, and it is never freed while a reader's key lives.
+-- At worst dead readers keep writers out until the TTL the hash already had.
 --
 -- Deliberate difference from Java: when the lock has no mode at all (it expired or was
 -- force-unlocked) Java publishes, writes the latch "1" and replies nil, so a retry would
@@ -39,24 +66,40 @@ if not mode then
     notify(publish, channel, message)
     return latch_record(latch, latch_ttl, request, nil)
 end
-if redis.call('hexists', key, owner) == 0 then
+local count = tonumber(redis.call('hget', key, owner))
+if not count then
     return nil
 end
 
-local left = redis.call('hincrby', key, owner, -1)
+local left = count - 1
 if left == 0 then
     redis.call('hdel', key, owner)
+else
+    redis.call('hset', key, owner, left)
 end
-redis.call('del', timeout_prefix .. ':' .. (left + 1))
+local released = timeout_prefix .. ':' .. (left + 1)
+local released_ttl = redis.call('pttl', released)
+redis.call('del', released)
 
 if redis.call('hlen', key) > 1 then
+    -- Only in read mode does the hash expire with its latest reader (see the header).
+    local hash_ttl = -1
+    if mode == 'read' then
+        hash_ttl = redis.call('pttl', key)
+    end
+    if hash_ttl > 0 and released_ttl >= 0 and released_ttl < hash_ttl then
+        return latch_record(latch, latch_ttl, request, 0)
+    end
     local longest = -3
-    local fields = redis.call('hgetall', key)
-    for i = 1, #fields, 2 do
-        local count = tonumber(fields[i + 1])
+    local fields = redis.call('hkeys', key)
+    for i = #fields, 1, -1 do
+        local count = tonumber(redis.call('hget', key, fields[i]))
         if count then
             for n = count, 1, -1 do
                 local remaining = redis.call('pttl', key_prefix .. ':' .. fields[i] .. ':rwlock_timeout:' .. n)
+                if hash_ttl > 0 and remaining >= hash_ttl then
+                    return latch_record(latch, latch_ttl, request, 0)
+                end
                 longest = math.max(longest, remaining)
             end
         end
