@@ -190,9 +190,8 @@ impl Engine {
     /// [`Error::WrongType`] naming it.
     pub(crate) async fn run(&self, call: Call, name: &str) -> Result<fred::types::Value> {
         self.check_open()?;
-        let Call { script, keys, args } = call;
         self.scripts
-            .run(script, keys, args)
+            .run(call)
             .await
             .map_err(|e| map_redis_error(e, name))
     }
@@ -260,8 +259,8 @@ impl Engine {
         )
         .await;
         let mut leaving = tokio::task::JoinSet::new();
-        for Call { script, keys, args } in self.queue_exits.take_all() {
-            leaving.spawn(self.scripts.run(script, keys, args));
+        for call in self.queue_exits.take_all() {
+            leaving.spawn(self.scripts.run(call));
         }
         while let Some(left) = leaving.join_next().await {
             match left {

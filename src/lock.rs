@@ -77,11 +77,11 @@ pub(crate) fn force_release_call(lock: &Target, publish: bool) -> Call {
 
 /// `lua/lock_acquire.lua` (§3.2).
 pub(crate) fn acquire_call(lock: &Target, owner: &LockOwner, lease_ms: i64) -> Call {
-    Call {
-        script: &LOCK_ACQUIRE,
-        keys: vec![Value::String(lock.keys.raw.clone())],
-        args: vec![Value::from(lease_ms), owner.field_arg()],
-    }
+    Call::of(
+        &LOCK_ACQUIRE,
+        [Value::String(lock.keys.raw.clone())],
+        [Value::from(lease_ms), owner.field_arg()],
+    )
 }
 
 /// `lua/lock_release.lua` (§3.4); `publish`: whether the last release tells the waiters
@@ -92,22 +92,17 @@ pub(crate) fn release_call(lock: &Target, owner: &LockOwner, lease_ms: i64, publ
     } else {
         static_arg("")
     };
-    // Room for the unlock latch the caller appends (a KEY, two ARGV).
-    let mut keys = Vec::with_capacity(3);
-    keys.extend([
-        Value::String(lock.keys.raw.clone()),
-        Value::String(lock.keys.channel.clone()),
-    ]);
-    let mut args = Vec::with_capacity(6);
-    args.extend([
-        static_arg(UNLOCK_MESSAGE),
-        Value::from(lease_ms),
-        owner.field_arg(),
-        publish,
-    ]);
-    Call {
-        script: &LOCK_RELEASE,
-        keys,
-        args,
-    }
+    Call::of(
+        &LOCK_RELEASE,
+        [
+            Value::String(lock.keys.raw.clone()),
+            Value::String(lock.keys.channel.clone()),
+        ],
+        [
+            static_arg(UNLOCK_MESSAGE),
+            Value::from(lease_ms),
+            owner.field_arg(),
+            publish,
+        ],
+    )
 }

@@ -104,7 +104,7 @@ impl<P: Protocol> Protocol for NoReentry<P> {
 
     fn acquire(&self, lock: &Target, owner: &LockOwner, lease_ms: i64, wait: Wait) -> Call {
         let mut call = self.0.acquire(lock, owner, lease_ms, wait);
-        call.args.push(Value::from(NON_REENTRANT_REACQUIRE));
+        call.push_args([Value::from(NON_REENTRANT_REACQUIRE)]);
         call
     }
 

@@ -102,8 +102,8 @@ pub(crate) async fn release(
     let (reply, script) = loop {
         let mut call = lock.kind.release(lock, owner, lease_ms);
         let script = call.script;
-        call.keys.push(latch.key.clone());
-        call.args.extend([latch_ttl.clone(), latch.request.clone()]);
+        call.push_key(latch.key.clone());
+        call.push_args([latch_ttl.clone(), latch.request.clone()]);
         match engine.run_confirmed(call, &lock.keys.raw, &lock.name).await {
             Err(error) if error.is_retryable() && sent < RELEASE_SENDS => {
                 tracing::debug!(%error, lock = %lock.name, "release failed; resending");

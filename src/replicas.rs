@@ -220,20 +220,13 @@ impl Replicas {
         call: Call,
         key: &str,
     ) -> (Result<Value, RedisError>, Confirmation) {
-        let Call { script, keys, args } = call;
         let Some(timeout) = self.timeout else {
-            return (
-                scripts.run(script, keys, args).await,
-                Confirmation::Needless,
-            );
+            return (scripts.run(call).await, Confirmation::Needless);
         };
         let slot = slot_of(redis, key.as_bytes());
         let request = match self.count(redis, slot).await {
             Ok((_, 0)) => {
-                return (
-                    scripts.run(script, keys, args).await,
-                    Confirmation::Needless,
-                );
+                return (scripts.run(call).await, Confirmation::Needless);
             }
             Ok((master, replicas)) => Request {
                 redis: redis.clone(),
@@ -243,17 +236,17 @@ impl Replicas {
                 timeout,
             },
             // Asked again by `confirm`, where the error is reported.
-            Err(_) => return (scripts.run(script, keys, args).await, Confirmation::Later),
+            Err(_) => return (scripts.run(call).await, Confirmation::Later),
         };
         let Some(next) = self.waits.lead(&request) else {
-            return (scripts.run(script, keys, args).await, Confirmation::Later);
+            return (scripts.run(call).await, Confirmation::Later);
         };
         let behind = Box::pin(async move {
             let acknowledged = request.send().await;
             drop(next);
             acknowledged
         });
-        match scripts.run_followed(script, keys, args, behind).await {
+        match scripts.run_followed(call, behind).await {
             (reply, Some(acknowledged)) => (reply, Confirmation::Answered(acknowledged)),
             // The WAIT went behind a refused EVALSHA, not the one that ran.
             (reply, None) => (reply, Confirmation::Later),

@@ -42,20 +42,51 @@ impl Script {
     }
 }
 
-/// One script call, ready to send: the script, its KEYS and its ARGV.
+/// One script call, ready to send: the script and EVALSHA's arguments after the SHA (the
+/// number of keys, the KEYS, then the ARGV), laid out once so that a send copies one list.
 pub(crate) struct Call {
     pub(crate) script: &'static Script,
-    pub(crate) keys: Vec<Value>,
-    pub(crate) args: Vec<Value>,
+    argv: Vec<Value>,
+    keys: usize,
 }
 
 impl Call {
+    /// A call with `keys` (copied) and `args`.
     pub(crate) fn new(script: &'static Script, keys: &[&str], args: Vec<Value>) -> Call {
-        Call {
-            script,
-            keys: keys.iter().map(|key| Value::from(*key)).collect(),
-            args,
-        }
+        Call::of(script, keys.iter().map(|key| Value::from(*key)), args)
+    }
+
+    /// A call with `keys` and `args` as they are (shared text is not copied), with room for
+    /// a key and two arguments more (what a release appends for its latch).
+    pub(crate) fn of(
+        script: &'static Script,
+        keys: impl IntoIterator<Item = Value, IntoIter: ExactSizeIterator>,
+        args: impl IntoIterator<Item = Value, IntoIter: ExactSizeIterator>,
+    ) -> Call {
+        let (keys, args) = (keys.into_iter(), args.into_iter());
+        let mut argv = Vec::with_capacity(1 + keys.len() + args.len() + 3);
+        argv.push(Value::Integer(keys.len() as i64));
+        argv.extend(keys);
+        let keys = argv.len() - 1;
+        argv.extend(args);
+        Call { script, argv, keys }
+    }
+
+    /// Appends a key after the others.
+    pub(crate) fn push_key(&mut self, key: Value) {
+        self.keys += 1;
+        self.argv.insert(self.keys, key);
+        self.argv[0] = Value::Integer(self.keys as i64);
+    }
+
+    /// Appends arguments after the others.
+    pub(crate) fn push_args(&mut self, args: impl IntoIterator<Item = Value>) {
+        self.argv.extend(args);
+    }
+
+    /// The first key, which routes the call.
+    fn first_key(&self) -> Option<&[u8]> {
+        (self.keys > 0).then(|| self.argv[1].as_bytes()).flatten()
     }
 }
 
@@ -101,13 +132,8 @@ impl ScriptRunner {
     ///
     /// The future is boxed: fred's command futures are large, and every lock future that
     /// awaits a script would otherwise carry (and copy) kilobytes of their state.
-    pub(crate) fn run(
-        &self,
-        script: &'static Script,
-        keys: Vec<Value>,
-        args: Vec<Value>,
-    ) -> BoxFuture<Result<Value, RedisError>> {
-        let send = self.sender(script, keys, args);
+    pub(crate) fn run(&self, call: Call) -> BoxFuture<Result<Value, RedisError>> {
+        let send = self.sender(call);
         Box::pin(async move {
             match send.once().await {
                 Err(error) if is_noscript(&error) => send.loaded().await,
@@ -122,12 +148,10 @@ impl ScriptRunner {
     /// again after the load.
     pub(crate) fn run_followed<T: Send + 'static>(
         &self,
-        script: &'static Script,
-        keys: Vec<Value>,
-        args: Vec<Value>,
+        call: Call,
         behind: BoxFuture<T>,
     ) -> BoxFuture<(Result<Value, RedisError>, Option<T>)> {
-        let send = self.sender(script, keys, args);
+        let send = self.sender(call);
         Box::pin(async move {
             let mut sent = std::pin::pin!(send.once());
             // fred queues a command in its first poll: the EVALSHA goes first.
@@ -145,15 +169,12 @@ impl ScriptRunner {
         })
     }
 
-    fn sender(&self, script: &'static Script, keys: Vec<Value>, args: Vec<Value>) -> Evalsha {
-        let key = keys.first().and_then(|key| key.as_bytes());
-        let slot = key.map_or(0, |key| slot_of(&*self.redis, key));
+    fn sender(&self, call: Call) -> Evalsha {
+        let slot = call.first_key().map_or(0, |key| slot_of(&*self.redis, key));
         Evalsha {
             redis: self.redis.clone(),
             slot,
-            script,
-            keys,
-            args,
+            call,
         }
     }
 }
@@ -162,32 +183,28 @@ impl ScriptRunner {
 struct Evalsha {
     redis: WithOptions<Client>,
     slot: u16,
-    script: &'static Script,
-    keys: Vec<Value>,
-    args: Vec<Value>,
+    call: Call,
 }
 
 impl Evalsha {
     /// One EVALSHA.
     async fn once(&self) -> Result<Value, RedisError> {
         let command = CustomCommand::new_static("EVALSHA", ClusterHash::Custom(self.slot), false);
-        let mut argv = Vec::with_capacity(2 + self.keys.len() + self.args.len());
-        argv.push(Value::String(self.script.sha().clone()));
-        argv.push(Value::from(self.keys.len() as i64));
-        argv.extend_from_slice(&self.keys);
-        argv.extend_from_slice(&self.args);
+        let mut argv = Vec::with_capacity(1 + self.call.argv.len());
+        argv.push(Value::String(self.call.script.sha().clone()));
+        argv.extend_from_slice(&self.call.argv);
         self.redis.custom::<Value, Value>(command, argv).await
     }
 
     /// After NOSCRIPT (which proves the script did not run): loads it, and sends it again.
     async fn loaded(&self) -> Result<Value, RedisError> {
         tracing::debug!(
-            script = self.script.name,
+            script = self.call.script.name,
             "script not cached by Redis; loading it"
         );
         // On the plain client: loading is harmless to retry, and fred may.
         (*self.redis)
-            .script_load_cluster::<Value, _>(self.script.lua)
+            .script_load_cluster::<Value, _>(self.call.script.lua)
             .await?;
         self.once().await
     }
@@ -261,6 +278,25 @@ mod tests {
     fn header(file: &str) -> String {
         let lines = file.lines().take_while(|line| line.starts_with("--"));
         lines.collect::<Vec<_>>().join("\n")
+    }
+
+    #[test]
+    fn a_call_keeps_its_keys_before_its_arguments() {
+        let mut call = Call::of(&LOCK_RELEASE, [Value::from("k1")], [Value::from("a1")]);
+        call.push_key(Value::from("k2"));
+        call.push_args([Value::from("a2"), Value::from(3)]);
+        let expected: Vec<Value> = vec![
+            2.into(),
+            "k1".into(),
+            "k2".into(),
+            "a1".into(),
+            "a2".into(),
+            3.into(),
+        ];
+        assert_eq!(call.argv, expected);
+        assert_eq!(call.first_key(), Some(&b"k1"[..]));
+        let keyless = Call::new(&READ_LOCKED, &[], Vec::new());
+        assert_eq!(keyless.first_key(), None);
     }
 
     #[test]

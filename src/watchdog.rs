@@ -33,7 +33,7 @@ use tokio::time::Instant;
 
 use crate::keys::Str;
 use crate::observe;
-use crate::script::{Script, ScriptRunner, READ_RENEW_BATCH, RENEW_BATCH};
+use crate::script::{Call, ScriptRunner, READ_RENEW_BATCH, RENEW_BATCH};
 use crate::time::millis;
 use crate::wait::backoff::renewal_retry;
 
@@ -599,8 +599,7 @@ impl Watchdog {
         for ((_, reader), holds) in batches {
             for chunk in holds.chunks(BATCH_SIZE) {
                 let chunk = chunk.to_vec();
-                let (script, keys, args) = self.renewal_call(&chunk, reader);
-                let call = runner.run(script, keys, args);
+                let call = runner.run(self.renewal_call(&chunk, reader));
                 calls.spawn(async move { (chunk, call.await) });
             }
         }
@@ -660,20 +659,14 @@ impl Watchdog {
     }
 
     /// The script renewing one chunk of holds of one kind; its reply has one flag per hold.
-    fn renewal_call(
-        &self,
-        chunk: &[Arc<Hold>],
-        reader: bool,
-    ) -> (&'static Script, Vec<Value>, Vec<Value>) {
+    fn renewal_call(&self, chunk: &[Arc<Hold>], reader: bool) -> Call {
         let ttl = Value::from(millis(self.timeout));
         if !reader {
-            let keys = (chunk.iter())
-                .map(|h| Value::String(h.key.key.clone()))
-                .collect();
+            let keys = (chunk.iter()).map(|h| Value::String(h.key.key.clone()));
             let mut args = Vec::with_capacity(chunk.len() + 1);
             args.push(ttl);
             args.extend(chunk.iter().map(|h| Value::String(h.key.field.clone())));
-            return (&RENEW_BATCH, keys, args);
+            return Call::of(&RENEW_BATCH, keys, args);
         }
         // One (key, key prefix) pair per hold, each listing one reader: the reply then tells
         // every hold apart, even two readers of this client on the same lock.
@@ -694,7 +687,7 @@ impl Watchdog {
             args.push(Value::from(1_i64));
             args.push(Value::String(field.clone()));
         }
-        (&READ_RENEW_BATCH, keys, args)
+        Call::of(&READ_RENEW_BATCH, keys, args)
     }
 }
 
