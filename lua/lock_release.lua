@@ -16,7 +16,8 @@
 --        lock was freed and the message published (unless ARGV[4] is empty).
 -- A send of a request that already ran replays its reply from the latch instead of
 -- releasing a second time. The outcome is known from the count before anything is written,
--- so it is recorded and the previous record read in one command.
+-- so it is recorded and the previous record read in one command, and a last release tells
+-- the waiters before it deletes the hash (a refused publish then leaves it as it was).
 local key, channel, latch = KEYS[1], KEYS[2], KEYS[3]
 local message, lease, owner, publish = ARGV[1], valid_ms(ARGV[2]), ARGV[3], ARGV[4]
 local latch_ttl, request = valid_ms(ARGV[5]), ARGV[6]
@@ -27,7 +28,8 @@ if count then
     outcome = count > 1 and 0 or 1
 end
 if outcome == 1 then
-    check_may_publish(publish, channel, message)
+    -- Told first (a send that only replays tells them again: they look, and find it held).
+    notify_before_writing(publish, channel, message)
 end
 local replayed, reply = latch_claim(latch, latch_ttl, request, outcome)
 if replayed then
@@ -37,6 +39,5 @@ if outcome == 0 then
     drop_hold(key, owner, lease)
 elseif outcome == 1 then
     redis.call('del', key)
-    notify(publish, channel, message)
 end
 return outcome

@@ -19,6 +19,24 @@ local function notify(publish, channel, message)
     end
 end
 
+-- Fails the script: the user may not run `command` on `channel` (`why`: the server's own
+-- words, when it refused the command itself).
+local function refuse(command, channel, why)
+    local detail = ''
+    if why then
+        detail = ' (' .. why .. ')'
+    end
+    error({err = 'NOPERM this user may not run ' .. command .. ' on ' .. channel
+        .. ', which releasing the lock needs; nothing was written' .. detail})
+end
+
+-- Refuses when `reply`, what redis.pcall gave for `command` on `channel`, is an error.
+local function refuse_failed(reply, command, channel)
+    if type(reply) == 'table' and reply.err then
+        refuse(command, channel, reply.err)
+    end
+end
+
 -- A release that publishes must be allowed to: a publish refused by the user's ACL would
 -- fail the script after it has written (the hold gone, the waiters never told). So it is
 -- refused first, with nothing written. (Scripts can ask the ACL from Redis 7.0 on; the
@@ -39,8 +57,33 @@ local function check_may_publish(publish, channel, message)
             known, allowed = pcall(redis.acl_check_cmd, command, channel, message)
         end
         if known and not allowed then
-            error({err = 'NOPERM this user may not run ' .. command .. ' on ' .. channel
-                .. ', which releasing the lock needs; nothing was written'})
+            refuse(command, channel)
+        end
+    end
+end
+
+-- check_may_publish and notify in one, for a release that knows before it writes that it
+-- will free the lock: it tells the waiters first, and a publish the server refuses fails the
+-- script before anything is written, without asking the ACL on every release. Nobody acts
+-- on the message before the script has ended, so the waiters find the lock free.
+local function notify_before_writing(publish, channel, message)
+    if publish == '' then
+        return
+    end
+    if publish ~= 'spublish' then
+        refuse_failed(redis.pcall('publish', channel, message), 'publish', channel)
+    end
+    if publish ~= 'publish' then
+        local reply = redis.pcall('spublish', channel, message)
+        if type(reply) == 'table' and reply.err then
+            -- Refused, unless the server lacks SPUBLISH: then PUBLISH reaches the waiters.
+            -- (A server without SPUBLISH may lack acl_check_cmd too.)
+            if redis.acl_check_cmd and pcall(redis.acl_check_cmd, 'spublish', channel, message) then
+                refuse('spublish', channel, reply.err)
+            end
+            if publish == 'spublish' then
+                refuse_failed(redis.pcall('publish', channel, message), 'publish', channel)
+            end
         end
     end
 end

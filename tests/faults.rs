@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use fred::interfaces::ClientLike;
-use redisson_lock::{Backoff, Error, LockClient, WaitStrategy};
+use redisson_lock::{Backoff, Error, LockClient, PubSubMode, WaitStrategy};
 use support::workload::{
     acquire, lost_updates, settle, write_resource, Kind, Tally, Totals, Workload, Write,
 };
@@ -1046,6 +1046,29 @@ async fn a_user_refused_evalsha_or_publish_gets_a_clear_error_and_nothing_is_wri
     let spin = acquire(&silent, &silent.new_owner(), Kind::Spin, "quiet", None).await;
     spin.unwrap().unwrap().unlock().await.unwrap();
     assert_eq!(server.command(&["EXISTS", "quiet"]), "0");
+
+    // The same when only SPUBLISH is refused and the client tells waiters by it, alone or
+    // beside PUBLISH.
+    for mode in [PubSubMode::Sharded, PubSubMode::Both] {
+        let url = user("no-spublish", "spublish");
+        let silent = client_with(&server, |b| b.url(&url).pubsub_mode(mode)).await;
+        for kind in [Kind::Plain, Kind::Write] {
+            let name = format!("unannounced-{mode:?}-{kind:?}");
+            let held = acquire(&silent, &silent.new_owner(), kind, &name, None).await;
+            let before = server.command(&["HGETALL", &name]);
+            match held.unwrap().unwrap().unlock().await {
+                Err(e @ Error::Redis(_)) => {
+                    assert!(e.to_string().contains("NOPERM"), "{mode:?} {kind:?}: {e}")
+                }
+                other => panic!("{mode:?} {kind:?}: {other:?}"),
+            }
+            assert_eq!(
+                server.command(&["HGETALL", &name]),
+                before,
+                "{mode:?} {kind:?}"
+            );
+        }
+    }
 }
 
 #[tokio::test]
