@@ -120,14 +120,22 @@ impl Standing {
     /// good: checking and changing are one atomic step, so the watchdog never renews a hold
     /// that a guard was told is lost.
     fn settle(&self, now: u64, next: Option<u64>) -> bool {
+        self.update(now, |word| next.unwrap_or(word))
+    }
+
+    /// A renewal answered at `now`: the deadline becomes `next` if the hold stands and is
+    /// still renewed (one whose last renewed guard left meanwhile keeps no deadline, or
+    /// the watchdog would time its fixed leases). Whether the hold stands.
+    fn renew(&self, now: u64, next: u64) -> bool {
+        self.update(now, |word| if word == HELD { HELD } else { next })
+    }
+
+    /// [`settle`](Self::settle) with the new word made by `next` from the current one.
+    fn update(&self, now: u64, next: impl Fn(u64) -> u64) -> bool {
         let mut word = self.word.load(Ordering::Acquire);
         loop {
             let stands = word == HELD || (word != LOST && now < word);
-            let new = match next {
-                _ if !stands => LOST,
-                Some(next) => next,
-                None => word,
-            };
+            let new = if stands { next(word) } else { LOST };
             if new == word {
                 return stands;
             }
@@ -147,6 +155,12 @@ impl Standing {
     /// Whether the hold stands at `now`.
     fn holds_at(&self, now: u64) -> bool {
         self.settle(now, None)
+    }
+
+    /// Whether the hold was found lost (not merely past its deadline, which is only found
+    /// by a look at the clock).
+    fn is_lost(&self) -> bool {
+        self.word.load(Ordering::Acquire) == LOST
     }
 
     /// The watchdog lease's deadline; `None` when lost or none is set.
@@ -267,10 +281,12 @@ impl Registry {
             .map(|(registered, _)| &registered.0)
     }
 
-    /// Whether `hold` is the one registered under its key.
+    /// Whether `hold` is the one registered under its key. A hold leaves the registry lost
+    /// (every way out marks it so, under the registry's lock), so one that is not lost
+    /// needs no lookup: the watchdog asks this of every hold in every round.
     fn is_current(&self, hold: &Arc<Hold>) -> bool {
-        self.hold(&hold.key)
-            .is_some_and(|current| Arc::ptr_eq(current, hold))
+        !hold.standing.is_lost()
+            || (self.hold(&hold.key)).is_some_and(|current| Arc::ptr_eq(current, hold))
     }
 
     /// The entry of `hold`, while `hold` is the one registered under its key.
@@ -287,6 +303,22 @@ impl Registry {
     fn remove(&mut self, key: &HoldKey) {
         if let Some((registered, _)) = self.holds.remove_entry(key) {
             registered.0.standing.lose();
+        }
+    }
+}
+
+/// Holds renewed by one script: at most [`BATCH_SIZE`], of one renewal kind (and, on
+/// clusters, of one slot).
+struct Batch {
+    reader: bool,
+    holds: Vec<Arc<Hold>>,
+}
+
+impl Batch {
+    fn new(reader: bool) -> Batch {
+        Batch {
+            reader,
+            holds: Vec::with_capacity(BATCH_SIZE),
         }
     }
 }
@@ -569,50 +601,21 @@ impl Watchdog {
     /// than a full period when a renewal failed and a lease is about to run out).
     async fn renew_all(&self, runner: &ScriptRunner) -> Instant {
         let now = Instant::now();
-        // One group per slot and renewal kind: each kind has its own script.
-        let mut batches: HashMap<(u16, bool), Vec<Arc<Hold>>> = HashMap::new();
-        {
-            let mut registry = self.registry.lock();
-            // A lease that ran out meanwhile (the process was paused, or the last renewal took
-            // that long) is lost, and not renewed: the key then expires on its own soon.
-            let at = self.clock.at(now);
-            registry.holds.retain(|Registered(hold), entry| {
-                let lapsed = entry.renewed > 0 && !hold.standing.holds_at(at);
-                if lapsed {
-                    let key = &hold.key;
-                    tracing::warn!(key = %key.key, field = %key.field, "hold lost: its lease ran out before it could be renewed");
-                }
-                !lapsed
-            });
-            for (Registered(hold), entry) in registry.holds.iter() {
-                if entry.renewed == 0 {
-                    continue;
-                }
-                let reader = matches!(hold.key.renew, Renew::Reader { .. });
-                batches
-                    .entry((entry.slot, reader))
-                    .or_default()
-                    .push(hold.clone());
-            }
-        }
         let mut calls = JoinSet::new();
-        for ((_, reader), holds) in batches {
-            for chunk in holds.chunks(BATCH_SIZE) {
-                let chunk = chunk.to_vec();
-                let call = runner.run(self.renewal_call(&chunk, reader));
-                calls.spawn(async move { (chunk, call.await) });
-            }
+        for batch in self.batches(now) {
+            let call = runner.run(self.renewal_call(&batch));
+            calls.spawn(async move { (batch, call.await) });
         }
-
         let next_lease = self.clock.at(now + self.timeout);
         let mut next_due = now + self.timeout;
         while let Some(joined) = calls.join_next().await {
-            let Ok((chunk, reply)) = joined else { continue };
+            let Ok((batch, reply)) = joined else { continue };
             let mut registry = self.registry.lock();
             match reply {
-                Ok(Value::Array(flags)) if flags.len() == chunk.len() => {
+                Ok(Value::Array(flags)) if flags.len() == batch.holds.len() => {
                     let at = self.clock.now();
-                    for (hold, flag) in chunk.iter().zip(flags) {
+                    let mut renewed = 0;
+                    for (hold, flag) in batch.holds.iter().zip(flags) {
                         if !registry.is_current(hold) {
                             continue;
                         }
@@ -621,14 +624,15 @@ impl Watchdog {
                             tracing::warn!(key = %key.key, field = %key.field, "hold lost: it no longer exists in Redis");
                             observe::lease_lost(observe::Lost::Gone);
                             registry.remove(key);
-                        } else if !hold.standing.settle(at, Some(next_lease)) {
+                        } else if !hold.standing.renew(at, next_lease) {
                             tracing::warn!(key = %key.key, field = %key.field, "hold lost: its renewal was answered after its lease ran out");
                             observe::lease_lost(observe::Lost::Unreachable);
                             registry.remove(key);
                         } else {
-                            observe::renewed(1);
+                            renewed += 1;
                         }
                     }
+                    observe::renewed(renewed);
                 }
                 failed => {
                     observe::renewal_failed();
@@ -637,7 +641,7 @@ impl Watchdog {
                         Ok(reply) => tracing::warn!(?reply, "unexpected renewal reply; will retry"),
                     }
                     let later = Instant::now();
-                    for hold in &chunk {
+                    for hold in &batch.holds {
                         if !registry.is_current(hold) {
                             continue;
                         }
@@ -658,37 +662,78 @@ impl Watchdog {
         next_due
     }
 
-    /// The script renewing one chunk of holds of one kind; its reply has one flag per hold.
-    fn renewal_call(&self, chunk: &[Arc<Hold>], reader: bool) -> Call {
-        let ttl = Value::from(millis(self.timeout));
-        if !reader {
-            let keys = (chunk.iter()).map(|h| Value::String(h.key.key.clone()));
-            let mut args = Vec::with_capacity(chunk.len() + 1);
-            args.push(ttl);
-            args.extend(chunk.iter().map(|h| Value::String(h.key.field.clone())));
+    /// The holds to renew at `now`, in batches, in one pass over the registry (at 100,000
+    /// holds, each pass over scattered records costs more than the work done on them). A
+    /// lease that ran out meanwhile (the process was paused, or the last renewal took that
+    /// long) is lost, and not renewed: the key then expires on its own soon.
+    fn batches(&self, now: Instant) -> Vec<Batch> {
+        let at = self.clock.at(now);
+        let mut full = Vec::new();
+        // The batch being filled of each slot and renewal kind: each kind has its own script.
+        let mut filling: HashMap<(u16, bool), Batch> = HashMap::new();
+        let mut registry = self.registry.lock();
+        registry.holds.retain(|Registered(hold), entry| {
+            if entry.renewed == 0 {
+                return true;
+            }
+            if !hold.standing.holds_at(at) {
+                let key = &hold.key;
+                tracing::warn!(key = %key.key, field = %key.field, "hold lost: its lease ran out before it could be renewed");
+                return false;
+            }
+            let reader = matches!(hold.key.renew, Renew::Reader { .. });
+            let batch = (filling.entry((entry.slot, reader))).or_insert_with(|| Batch::new(reader));
+            batch.holds.push(hold.clone());
+            if batch.holds.len() == BATCH_SIZE {
+                full.push(std::mem::replace(batch, Batch::new(reader)));
+            }
+            true
+        });
+        drop(registry);
+        full.extend(filling.into_values().filter(|batch| !batch.holds.is_empty()));
+        full
+    }
+
+    /// The script renewing one batch; its reply has one flag per hold.
+    fn renewal_call(&self, batch: &Batch) -> Call {
+        let (holds, ttl) = (&batch.holds, Value::from(millis(self.timeout)));
+        let fields = packed(holds.iter().map(|hold| &*hold.key.field));
+        let mut args = Vec::with_capacity(1 + holds.len() * if batch.reader { 2 } else { 1 });
+        args.push(ttl);
+        if !batch.reader {
+            args.extend(fields);
+            let keys = packed(holds.iter().map(|hold| &*hold.key.key));
             return Call::of(&RENEW_BATCH, keys, args);
         }
         // One (key, key prefix) pair per hold, each listing one reader: the reply then tells
         // every hold apart, even two readers of this client on the same lock.
-        let mut keys = Vec::with_capacity(chunk.len() * 2);
-        let mut args = Vec::with_capacity(chunk.len() * 2 + 1);
-        args.push(ttl);
-        for hold in chunk {
-            let HoldKey {
-                key,
-                field,
-                renew: Renew::Reader { key_prefix },
-            } = &hold.key
-            else {
-                unreachable!("chunks are grouped by renewal kind")
+        args.extend(fields.into_iter().flat_map(|field| [Value::from(1_i64), field]));
+        let keys = packed(holds.iter().flat_map(|hold| {
+            let Renew::Reader { key_prefix } = &hold.key.renew else {
+                unreachable!("batches are grouped by renewal kind")
             };
-            keys.push(Value::String(key.clone()));
-            keys.push(Value::from(&**key_prefix));
-            args.push(Value::from(1_i64));
-            args.push(Value::String(field.clone()));
-        }
+            [&*hold.key.key, &**key_prefix]
+        }));
         Call::of(&READ_RENEW_BATCH, keys, args)
     }
+}
+
+/// `texts` as script arguments, copied into one shared buffer that each of them is a slice
+/// of. The script runner and fred copy every argument again and drop the copies later: on
+/// one buffer, that only counts references in one place, which stays in the cache, where on
+/// each hold's own text it would miss the cache at every count (100,000 holds are far more
+/// than a cache keeps).
+fn packed<'a>(texts: impl Iterator<Item = &'a str> + Clone) -> Vec<Value> {
+    let mut all = String::with_capacity(texts.clone().map(str::len).sum());
+    texts.clone().for_each(|text| all.push_str(text));
+    let all = Str::from(all);
+    let mut end = 0;
+    (texts.map(|text| {
+        let start = end;
+        end += text.len();
+        Value::String(all.slice(start..end))
+    }))
+    .collect()
 }
 
 #[cfg(test)]
