@@ -859,6 +859,13 @@ mod tests {
         }
     }
 
+    /// The holds of the round's only batch.
+    fn only_batch(watchdog: &Watchdog, now: Instant) -> Vec<Arc<Hold>> {
+        let mut batches = watchdog.batches(now);
+        assert_eq!(batches.len(), 1, "one batch");
+        batches.pop().expect("one batch").holds
+    }
+
     /// A reply renewing `holds` but those of `gone`.
     fn flags(holds: &[Arc<Hold>], gone: &[HoldKey]) -> Result<Value, RedisError> {
         let flag = |hold: &Arc<Hold>| Value::Integer(i64::from(!gone.contains(&hold.key)));
@@ -943,12 +950,10 @@ mod tests {
         let tickets: Vec<Ticket> = (0..3)
             .map(|i| watchdog.register(plain(i), now, None, true))
             .collect();
-        let [batch] = &watchdog.batches(now)[..] else {
-            panic!("one batch")
-        };
+        let holds = only_batch(&watchdog, now);
         let next_lease = watchdog.clock.at(now + Duration::from_secs(40));
-        let reply = flags(&batch.holds, &[plain(1)]);
-        assert_eq!(watchdog.answered(&batch.holds, reply, next_lease), None);
+        let reply = flags(&holds, &[plain(1)]);
+        assert_eq!(watchdog.answered(&holds, reply, next_lease), None);
         assert!(watchdog.is_lost(&tickets[1]));
         for kept in [&tickets[0], &tickets[2]] {
             assert!(!watchdog.is_lost(kept));
@@ -962,17 +967,15 @@ mod tests {
         let watchdog = Watchdog::new(Duration::from_secs(30), false);
         let now = Instant::now();
         let old = watchdog.register(hold(), now, None, true);
-        let [batch] = &watchdog.batches(now)[..] else {
-            panic!("one batch")
-        };
+        let holds = only_batch(&watchdog, now);
         // Released meanwhile, and taken again by the same owner.
         watchdog.forget(&hold(), Some(old.hold.id));
         let new = watchdog.register(hold(), now, None, true);
         let deadline = new.hold.standing.deadline();
         let next_lease = watchdog.clock.at(now + Duration::from_secs(40));
         for gone in [vec![hold()], vec![]] {
-            let reply = flags(&batch.holds, &gone);
-            assert_eq!(watchdog.answered(&batch.holds, reply, next_lease), None);
+            let reply = flags(&holds, &gone);
+            assert_eq!(watchdog.answered(&holds, reply, next_lease), None);
             assert!(watchdog.is_lost(&old));
             assert!(!watchdog.is_lost(&new));
             assert_eq!(new.hold.standing.deadline(), deadline);
@@ -987,13 +990,11 @@ mod tests {
         let renewed = watchdog.register(hold(), now, None, true);
         let in_an_hour = Some(now + Duration::from_secs(3600));
         let fixed = watchdog.register(hold(), now, in_an_hour, false);
-        let [batch] = &watchdog.batches(now)[..] else {
-            panic!("one batch")
-        };
+        let holds = only_batch(&watchdog, now);
         assert!(watchdog.leave(&renewed).is_some());
         // A deadline set now would end the fixed lease's hold at once.
-        let reply = flags(&batch.holds, &[]);
-        assert_eq!(watchdog.answered(&batch.holds, reply, 0), None);
+        let reply = flags(&holds, &[]);
+        assert_eq!(watchdog.answered(&holds, reply, 0), None);
         assert_eq!(fixed.hold.standing.deadline(), None);
         assert!(!watchdog.is_lost(&fixed));
     }
@@ -1003,15 +1004,13 @@ mod tests {
         let watchdog = Watchdog::new(Duration::from_secs(30), false);
         let now = Instant::now();
         let ticket = watchdog.register(hold(), now, None, true);
-        let [batch] = &watchdog.batches(now)[..] else {
-            panic!("one batch")
-        };
+        let holds = only_batch(&watchdog, now);
         let error = RedisError::new(fred::error::ErrorKind::IO, "connection lost");
-        let retry = (watchdog.answered(&batch.holds, Err(error), 0)).expect("a retry");
+        let retry = (watchdog.answered(&holds, Err(error), 0)).expect("a retry");
         assert!(retry > now && retry < now + Duration::from_secs(30));
         assert!(!watchdog.is_lost(&ticket));
         let odd = Ok(Value::Array(Vec::new()));
-        assert!(watchdog.answered(&batch.holds, odd, 0).is_some());
+        assert!(watchdog.answered(&holds, odd, 0).is_some());
         assert_eq!(watchdog.renewed(), 1);
     }
 
@@ -1019,14 +1018,12 @@ mod tests {
     async fn a_failed_renewal_drops_the_holds_whose_lease_ran_out() {
         let watchdog = Watchdog::new(Duration::from_millis(200), false);
         let ticket = watchdog.register(hold(), Instant::now(), None, true);
-        let [batch] = &watchdog.batches(Instant::now())[..] else {
-            panic!("one batch")
-        };
+        let holds = only_batch(&watchdog, Instant::now());
         tokio::time::timeout(Duration::from_secs(10), watchdog.lost(&ticket))
             .await
             .expect("lost() completes once the deadline passed");
         let error = RedisError::new(fred::error::ErrorKind::IO, "connection lost");
-        assert_eq!(watchdog.answered(&batch.holds, Err(error), 0), None);
+        assert_eq!(watchdog.answered(&holds, Err(error), 0), None);
         assert_eq!(watchdog.plan_unlock(&hold()), (None, None), "dropped");
     }
 
