@@ -2,9 +2,8 @@
 //! alive (protocol §3.7), and tells the holders when a hold is lost.
 //!
 //! Every `watchdog_timeout / 3` the task renews all registered holds with one script per
-//! batch of at most 100 holds of the same [`Renew`] kind (and, on clusters, of the same
-//! cluster slot): plain
-//! holds by their field, read-write readers also by their timeout keys (protocol §5.6). A
+//! batch of holds of the same [`Renew`] kind (and, on clusters, of the same cluster slot):
+//! plain holds by their field, read-write readers also by their timeout keys (protocol §5.6). A
 //! hold whose field is gone (expired, force-unlocked, or the data was lost) is dropped from
 //! the registry and its guards' `lease_lost()` fires; so does a hold that could not be
 //! renewed before its lease ran out. Transient errors are retried on the next tick, sooner
@@ -25,6 +24,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use fred::error::Error as RedisError;
 use fred::types::Value;
 use parking_lot::Mutex;
 use tokio::sync::Notify;
@@ -37,8 +37,16 @@ use crate::script::{Call, ScriptRunner, READ_RENEW_BATCH, RENEW_BATCH};
 use crate::time::millis;
 use crate::wait::backoff::renewal_retry;
 
-/// At most this many holds are renewed by one script call (Redisson's default batch size).
-const BATCH_SIZE: usize = 100;
+/// At most this many plain holds are renewed by one script. Redis runs nothing else while a
+/// script runs, so this bounds how long other commands wait behind one: a plain hold costs
+/// about 1.2 µs of Redis time (HEXISTS and PEXPIRE), 250 of them about 0.3 ms. Fewer, larger
+/// scripts cost the client less: each script carries a fixed cost in fred and in this task.
+const FIELD_BATCH: usize = 250;
+/// At most this many read holds are renewed by one script: a reader costs about four times
+/// a plain hold (its timeout keys), so 100 take about 0.5 ms (Redisson's batch size).
+const READER_BATCH: usize = 100;
+/// How many holds the renewal round looks at before taking them.
+const LOOK_AHEAD: usize = 32;
 
 /// Identifies one hold: a lock key and the field that holds it, and how it is renewed.
 #[derive(Clone, PartialEq, Eq, Hash, Debug)]
@@ -65,11 +73,15 @@ pub(crate) enum Renew {
 /// by the registry and the hold's guards. A new hold of the same owner after this one was
 /// lost is a new `Hold` with a new `id`, which is how a guard of the lost hold knows it must
 /// not release the new one.
+///
+/// The renewal round reads every hold's reference count and standing word: laid out first,
+/// they share the record's first cache line (at 100,000 holds, each line read is a miss).
 #[derive(Debug)]
+#[repr(C)]
 struct Hold {
+    standing: Standing,
     key: HoldKey,
     id: u64,
-    standing: Standing,
 }
 
 /// A guard's part in a hold; hand it back with [`Watchdog::leave`], and ask the watchdog
@@ -100,8 +112,9 @@ const LAST_DEADLINE: u64 = u64::MAX - 2;
 /// lease's deadline while a hold of it is renewed), or lost. One atomic word, so a guard's
 /// look costs no lock, and a notification for the guards awaiting the loss.
 #[derive(Debug)]
+#[repr(C)]
 struct Standing {
-    /// [`HELD`], [`LOST`], or the deadline on the watchdog's [`Clock`].
+    /// [`HELD`], [`LOST`], or the deadline on the watchdog's [`Clock`]. First (see [`Hold`]).
     word: AtomicU64,
     /// Woken when the hold becomes lost; a deadline passing is awaited with a timer.
     lost: Notify,
@@ -120,14 +133,22 @@ impl Standing {
     /// good: checking and changing are one atomic step, so the watchdog never renews a hold
     /// that a guard was told is lost.
     fn settle(&self, now: u64, next: Option<u64>) -> bool {
+        self.update(now, |word| next.unwrap_or(word))
+    }
+
+    /// A renewal answered at `now`: the deadline becomes `next` if the hold stands and is
+    /// still renewed (one whose last renewed guard left meanwhile keeps no deadline, or
+    /// the watchdog would time its fixed leases). Whether the hold stands.
+    fn renew(&self, now: u64, next: u64) -> bool {
+        self.update(now, |word| if word == HELD { HELD } else { next })
+    }
+
+    /// [`settle`](Self::settle) with the new word made by `next` from the current one.
+    fn update(&self, now: u64, next: impl Fn(u64) -> u64) -> bool {
         let mut word = self.word.load(Ordering::Acquire);
         loop {
             let stands = word == HELD || (word != LOST && now < word);
-            let new = match next {
-                _ if !stands => LOST,
-                Some(next) => next,
-                None => word,
-            };
+            let new = if stands { next(word) } else { LOST };
             if new == word {
                 return stands;
             }
@@ -147,6 +168,12 @@ impl Standing {
     /// Whether the hold stands at `now`.
     fn holds_at(&self, now: u64) -> bool {
         self.settle(now, None)
+    }
+
+    /// Whether the hold was found lost (not merely past its deadline, which is only found
+    /// by a look at the clock).
+    fn is_lost(&self) -> bool {
+        self.word.load(Ordering::Acquire) == LOST
     }
 
     /// The watchdog lease's deadline; `None` when lost or none is set.
@@ -217,6 +244,9 @@ struct Entry {
     /// When each fixed-lease hold ends.
     fixed: Vec<Instant>,
     slot: u16,
+    /// A read hold (renewed by its own script): known here, the round need not read the
+    /// hold's record for it.
+    reader: bool,
 }
 
 impl Entry {
@@ -267,10 +297,12 @@ impl Registry {
             .map(|(registered, _)| &registered.0)
     }
 
-    /// Whether `hold` is the one registered under its key.
+    /// Whether `hold` is the one registered under its key. A hold leaves the registry lost
+    /// (every way out marks it so, under the registry's lock), so one that is not lost
+    /// needs no lookup: the watchdog asks this of every hold in every round.
     fn is_current(&self, hold: &Arc<Hold>) -> bool {
-        self.hold(&hold.key)
-            .is_some_and(|current| Arc::ptr_eq(current, hold))
+        !hold.standing.is_lost()
+            || (self.hold(&hold.key)).is_some_and(|current| Arc::ptr_eq(current, hold))
     }
 
     /// The entry of `hold`, while `hold` is the one registered under its key.
@@ -288,6 +320,34 @@ impl Registry {
         if let Some((registered, _)) = self.holds.remove_entry(key) {
             registered.0.standing.lose();
         }
+    }
+}
+
+/// Holds renewed by one script: of one renewal kind (and, on clusters, of one slot), at
+/// most [`FIELD_BATCH`] plain holds or [`READER_BATCH`] read holds.
+struct Batch {
+    reader: bool,
+    holds: Vec<Arc<Hold>>,
+}
+
+impl Batch {
+    fn new(reader: bool) -> Batch {
+        Batch {
+            reader,
+            holds: Vec::with_capacity(Batch::max_len(reader)),
+        }
+    }
+
+    fn max_len(reader: bool) -> usize {
+        if reader {
+            READER_BATCH
+        } else {
+            FIELD_BATCH
+        }
+    }
+
+    fn is_full(&self) -> bool {
+        self.holds.len() == Batch::max_len(self.reader)
     }
 }
 
@@ -362,6 +422,7 @@ impl Watchdog {
                 } else {
                     0
                 };
+                let reader = matches!(key.renew, Renew::Reader { .. });
                 let hold = Arc::new(Hold {
                     key,
                     id: self.next_id.fetch_add(1, Ordering::Relaxed),
@@ -373,6 +434,7 @@ impl Watchdog {
                         renewed: 0,
                         fixed: Vec::new(),
                         slot,
+                        reader,
                     });
                 (hold, entry)
             }
@@ -569,126 +631,202 @@ impl Watchdog {
     /// than a full period when a renewal failed and a lease is about to run out).
     async fn renew_all(&self, runner: &ScriptRunner) -> Instant {
         let now = Instant::now();
-        // One group per slot and renewal kind: each kind has its own script.
-        let mut batches: HashMap<(u16, bool), Vec<Arc<Hold>>> = HashMap::new();
-        {
-            let mut registry = self.registry.lock();
-            // A lease that ran out meanwhile (the process was paused, or the last renewal took
-            // that long) is lost, and not renewed: the key then expires on its own soon.
-            let at = self.clock.at(now);
-            registry.holds.retain(|Registered(hold), entry| {
-                let lapsed = entry.renewed > 0 && !hold.standing.holds_at(at);
-                if lapsed {
-                    let key = &hold.key;
-                    tracing::warn!(key = %key.key, field = %key.field, "hold lost: its lease ran out before it could be renewed");
-                }
-                !lapsed
-            });
-            for (Registered(hold), entry) in registry.holds.iter() {
-                if entry.renewed == 0 {
-                    continue;
-                }
-                let reader = matches!(hold.key.renew, Renew::Reader { .. });
-                batches
-                    .entry((entry.slot, reader))
-                    .or_default()
-                    .push(hold.clone());
-            }
-        }
         let mut calls = JoinSet::new();
-        for ((_, reader), holds) in batches {
-            for chunk in holds.chunks(BATCH_SIZE) {
-                let chunk = chunk.to_vec();
-                let call = runner.run(self.renewal_call(&chunk, reader));
-                calls.spawn(async move { (chunk, call.await) });
-            }
+        for batch in self.batches(now) {
+            let call = runner.run(self.renewal_call(&batch));
+            calls.spawn(async move { (batch, call.await) });
         }
-
         let next_lease = self.clock.at(now + self.timeout);
         let mut next_due = now + self.timeout;
         while let Some(joined) = calls.join_next().await {
-            let Ok((chunk, reply)) = joined else { continue };
-            let mut registry = self.registry.lock();
-            match reply {
-                Ok(Value::Array(flags)) if flags.len() == chunk.len() => {
-                    let at = self.clock.now();
-                    for (hold, flag) in chunk.iter().zip(flags) {
-                        if !registry.is_current(hold) {
-                            continue;
-                        }
-                        let key = &hold.key;
-                        if !matches!(flag, Value::Integer(1)) {
-                            tracing::warn!(key = %key.key, field = %key.field, "hold lost: it no longer exists in Redis");
-                            observe::lease_lost(observe::Lost::Gone);
-                            registry.remove(key);
-                        } else if !hold.standing.settle(at, Some(next_lease)) {
-                            tracing::warn!(key = %key.key, field = %key.field, "hold lost: its renewal was answered after its lease ran out");
-                            observe::lease_lost(observe::Lost::Unreachable);
-                            registry.remove(key);
-                        } else {
-                            observe::renewed(1);
-                        }
-                    }
-                }
-                failed => {
-                    observe::renewal_failed();
-                    match &failed {
-                        Err(error) => tracing::warn!(%error, "renewing holds failed; will retry"),
-                        Ok(reply) => tracing::warn!(?reply, "unexpected renewal reply; will retry"),
-                    }
-                    let later = Instant::now();
-                    for hold in &chunk {
-                        if !registry.is_current(hold) {
-                            continue;
-                        }
-                        let key = &hold.key;
-                        if !hold.standing.holds_at(self.clock.at(later)) {
-                            tracing::warn!(key = %key.key, field = %key.field, "hold lost: Redis unreachable until its lease ran out");
-                            observe::lease_lost(observe::Lost::Unreachable);
-                            registry.remove(key);
-                        } else if let Some(expires) = hold.standing.deadline() {
-                            // Try again well before the lease ends.
-                            let expires = self.clock.instant(expires);
-                            next_due = next_due.min(renewal_retry(later, expires));
-                        }
-                    }
-                }
+            let Ok((batch, reply)) = joined else { continue };
+            if let Some(retry) = self.answered(&batch.holds, reply, next_lease) {
+                next_due = next_due.min(retry);
             }
         }
         next_due
     }
 
-    /// The script renewing one chunk of holds of one kind; its reply has one flag per hold.
-    fn renewal_call(&self, chunk: &[Arc<Hold>], reader: bool) -> Call {
-        let ttl = Value::from(millis(self.timeout));
-        if !reader {
-            let keys = (chunk.iter()).map(|h| Value::String(h.key.key.clone()));
-            let mut args = Vec::with_capacity(chunk.len() + 1);
-            args.push(ttl);
-            args.extend(chunk.iter().map(|h| Value::String(h.key.field.clone())));
+    /// Takes in the reply to the renewal of `holds`: each is renewed until `next_lease`, or
+    /// lost. After a failure, when to try again at the latest (before a lease runs out).
+    fn answered(
+        &self,
+        holds: &[Arc<Hold>],
+        reply: Result<Value, RedisError>,
+        next_lease: u64,
+    ) -> Option<Instant> {
+        let mut registry = self.registry.lock();
+        match reply {
+            Ok(Value::Array(flags)) if flags.len() == holds.len() => {
+                self.flagged(&mut registry, holds, flags, next_lease);
+                None
+            }
+            Err(error) => {
+                tracing::warn!(%error, "renewing holds failed; will retry");
+                self.not_renewed(&mut registry, holds)
+            }
+            Ok(reply) => {
+                tracing::warn!(?reply, "unexpected renewal reply; will retry");
+                self.not_renewed(&mut registry, holds)
+            }
+        }
+    }
+
+    /// `holds` were answered with one flag each: 1 renewed, else gone.
+    fn flagged(
+        &self,
+        registry: &mut Registry,
+        holds: &[Arc<Hold>],
+        flags: Vec<Value>,
+        next_lease: u64,
+    ) {
+        let at = self.clock.now();
+        // A first look at every standing: these plain loads of scattered records overlap,
+        // where each atomic update below would wait for its own.
+        let any_lost = holds.iter().any(|hold| hold.standing.is_lost());
+        let mut renewed = 0;
+        for (hold, flag) in holds.iter().zip(flags) {
+            if any_lost && !registry.is_current(hold) {
+                continue;
+            }
+            let key = &hold.key;
+            if !matches!(flag, Value::Integer(1)) {
+                tracing::warn!(key = %key.key, field = %key.field, "hold lost: it no longer exists in Redis");
+                observe::lease_lost(observe::Lost::Gone);
+                registry.remove(key);
+            } else if !hold.standing.renew(at, next_lease) {
+                tracing::warn!(key = %key.key, field = %key.field, "hold lost: its renewal was answered after its lease ran out");
+                observe::lease_lost(observe::Lost::Unreachable);
+                registry.remove(key);
+            } else {
+                renewed += 1;
+            }
+        }
+        observe::renewed(renewed);
+    }
+
+    /// The renewal of `holds` failed: those whose lease ran out meanwhile are lost; returns
+    /// when to try again, well before the earliest end of the others' leases.
+    fn not_renewed(&self, registry: &mut Registry, holds: &[Arc<Hold>]) -> Option<Instant> {
+        observe::renewal_failed();
+        let later = Instant::now();
+        let mut retry: Option<Instant> = None;
+        for hold in holds {
+            if !registry.is_current(hold) {
+                continue;
+            }
+            let key = &hold.key;
+            if !hold.standing.holds_at(self.clock.at(later)) {
+                tracing::warn!(key = %key.key, field = %key.field, "hold lost: Redis unreachable until its lease ran out");
+                observe::lease_lost(observe::Lost::Unreachable);
+                registry.remove(key);
+            } else if let Some(expires) = hold.standing.deadline() {
+                let at = renewal_retry(later, self.clock.instant(expires));
+                retry = Some(retry.map_or(at, |earlier| earlier.min(at)));
+            }
+        }
+        retry
+    }
+
+    /// The holds to renew at `now`, in batches, in one pass over the registry (at 100,000
+    /// holds, each pass over scattered records costs more than the work done on them). A
+    /// lease that ran out meanwhile (the process was paused, or the last renewal took that
+    /// long) is lost, and not renewed: the key then expires on its own soon.
+    fn batches(&self, now: Instant) -> Vec<Batch> {
+        let at = self.clock.at(now);
+        let mut full = Vec::new();
+        // The batch being filled of each slot and renewal kind: each kind has its own script.
+        let mut filling: HashMap<(u16, bool), Batch> = HashMap::new();
+        let mut registry = self.registry.lock();
+        let mut lapsed = Vec::new();
+        {
+            let mut renewed = (registry.holds.iter()).filter(|(_, entry)| entry.renewed > 0);
+            let mut standing = Vec::with_capacity(LOOK_AHEAD);
+            loop {
+                // The standings of a few holds are read before any of them is taken: these
+                // reads of scattered records overlap, where taking a hold between them (an
+                // atomic count) would make each read wait for the one before.
+                let mut looked = 0;
+                for (Registered(hold), entry) in renewed.by_ref().take(LOOK_AHEAD) {
+                    looked += 1;
+                    if hold.standing.holds_at(at) {
+                        standing.push((hold, entry));
+                    } else {
+                        lapsed.push(hold.clone());
+                    }
+                }
+                if looked == 0 {
+                    break;
+                }
+                for (hold, entry) in standing.drain(..) {
+                    let reader = entry.reader;
+                    let batch =
+                        (filling.entry((entry.slot, reader))).or_insert_with(|| Batch::new(reader));
+                    batch.holds.push(hold.clone());
+                    if batch.is_full() {
+                        full.push(std::mem::replace(batch, Batch::new(reader)));
+                    }
+                }
+            }
+        }
+        for hold in lapsed {
+            let key = &hold.key;
+            tracing::warn!(key = %key.key, field = %key.field, "hold lost: its lease ran out before it could be renewed");
+            registry.remove(key);
+        }
+        drop(registry);
+        full.extend(
+            filling
+                .into_values()
+                .filter(|batch| !batch.holds.is_empty()),
+        );
+        full
+    }
+
+    /// The script renewing one batch; its reply has one flag per hold.
+    fn renewal_call(&self, batch: &Batch) -> Call {
+        let (holds, ttl) = (&batch.holds, Value::from(millis(self.timeout)));
+        let fields = packed(holds.iter().map(|hold| &*hold.key.field));
+        let mut args = Vec::with_capacity(1 + holds.len() * if batch.reader { 2 } else { 1 });
+        args.push(ttl);
+        if !batch.reader {
+            args.extend(fields);
+            let keys = packed(holds.iter().map(|hold| &*hold.key.key));
             return Call::of(&RENEW_BATCH, keys, args);
         }
         // One (key, key prefix) pair per hold, each listing one reader: the reply then tells
         // every hold apart, even two readers of this client on the same lock.
-        let mut keys = Vec::with_capacity(chunk.len() * 2);
-        let mut args = Vec::with_capacity(chunk.len() * 2 + 1);
-        args.push(ttl);
-        for hold in chunk {
-            let HoldKey {
-                key,
-                field,
-                renew: Renew::Reader { key_prefix },
-            } = &hold.key
-            else {
-                unreachable!("chunks are grouped by renewal kind")
+        args.extend(
+            fields
+                .into_iter()
+                .flat_map(|field| [Value::from(1_i64), field]),
+        );
+        let keys = packed(holds.iter().flat_map(|hold| {
+            let Renew::Reader { key_prefix } = &hold.key.renew else {
+                unreachable!("batches are grouped by renewal kind")
             };
-            keys.push(Value::String(key.clone()));
-            keys.push(Value::from(&**key_prefix));
-            args.push(Value::from(1_i64));
-            args.push(Value::String(field.clone()));
-        }
+            [&*hold.key.key, &**key_prefix]
+        }));
         Call::of(&READ_RENEW_BATCH, keys, args)
     }
+}
+
+/// `texts` as script arguments, copied into one shared buffer that each of them is a slice
+/// of. The script runner and fred copy every argument again and drop the copies later: on
+/// one buffer, that only counts references in one place, which stays in the cache, where on
+/// each hold's own text it would miss the cache at every count (100,000 holds are far more
+/// than a cache keeps).
+fn packed<'a>(texts: impl Iterator<Item = &'a str> + Clone) -> Vec<Value> {
+    let mut all = String::with_capacity(texts.clone().map(str::len).sum());
+    texts.clone().for_each(|text| all.push_str(text));
+    let all = Str::from(all);
+    let mut end = 0;
+    (texts.map(|text| {
+        let start = end;
+        end += text.len();
+        Value::String(all.slice(start..end))
+    }))
+    .collect()
 }
 
 #[cfg(test)]
@@ -701,6 +839,192 @@ mod tests {
             field: "owner".into(),
             renew: Renew::Field,
         }
+    }
+
+    fn plain(i: usize) -> HoldKey {
+        HoldKey {
+            key: format!("lock:{i}").into(),
+            field: "owner".into(),
+            renew: Renew::Field,
+        }
+    }
+
+    fn reader(i: usize) -> HoldKey {
+        HoldKey {
+            key: format!("rw:{i}").into(),
+            field: "owner".into(),
+            renew: Renew::Reader {
+                key_prefix: format!("{{rw:{i}}}").into(),
+            },
+        }
+    }
+
+    /// The holds of the round's only batch.
+    fn only_batch(watchdog: &Watchdog, now: Instant) -> Vec<Arc<Hold>> {
+        let mut batches = watchdog.batches(now);
+        assert_eq!(batches.len(), 1, "one batch");
+        batches.pop().expect("one batch").holds
+    }
+
+    /// A reply renewing `holds` but those of `gone`.
+    fn flags(holds: &[Arc<Hold>], gone: &[HoldKey]) -> Result<Value, RedisError> {
+        let flag = |hold: &Arc<Hold>| Value::Integer(i64::from(!gone.contains(&hold.key)));
+        Ok(Value::Array(holds.iter().map(flag).collect()))
+    }
+
+    #[test]
+    fn a_round_renews_every_renewed_hold_once_in_as_few_scripts_as_allowed() {
+        let watchdog = Watchdog::new(Duration::from_secs(30), false);
+        let now = Instant::now();
+        let (plains, readers) = (FIELD_BATCH * 2 + 7, READER_BATCH + 3);
+        let renewed: Vec<Ticket> = ((0..plains).map(plain))
+            .chain((0..readers).map(reader))
+            .map(|key| watchdog.register(key, now, None, true))
+            .collect();
+        // Fixed leases are timed by their guards, not renewed.
+        let in_an_hour = Some(now + Duration::from_secs(3600));
+        let fixed = watchdog.register(plain(plains), now, in_an_hour, true);
+        // A lease that ran out before the round is lost, not renewed.
+        let an_hour_ago = now - Duration::from_secs(3600);
+        let lapsed = watchdog.register(plain(plains + 1), an_hour_ago, None, true);
+
+        let batches = watchdog.batches(Instant::now());
+        let mut seen = std::collections::HashSet::new();
+        for batch in &batches {
+            assert!(batch.holds.len() <= Batch::max_len(batch.reader));
+            for hold in &batch.holds {
+                assert_eq!(matches!(hold.key.renew, Renew::Reader { .. }), batch.reader);
+                assert!(
+                    seen.insert(hold.key.clone()),
+                    "{:?} renewed twice",
+                    hold.key
+                );
+            }
+        }
+        let expected = renewed.iter().map(|ticket| ticket.hold.key.clone());
+        assert_eq!(seen, expected.collect());
+        let reader_batches = batches.iter().filter(|batch| batch.reader).count();
+        assert_eq!(reader_batches, readers.div_ceil(READER_BATCH));
+        let plain_batches = batches.len() - reader_batches;
+        assert_eq!(plain_batches, plains.div_ceil(FIELD_BATCH));
+        assert!(!watchdog.is_lost(&fixed));
+        assert!(watchdog.is_lost(&lapsed));
+        assert_eq!(
+            watchdog.plan_unlock(&lapsed.hold.key),
+            (None, None),
+            "dropped"
+        );
+    }
+
+    #[test]
+    fn by_slot_a_script_renews_holds_of_one_slot() {
+        let watchdog = Watchdog::new(Duration::from_secs(30), true);
+        let now = Instant::now();
+        let tagged = |i| HoldKey {
+            key: format!("{{tenant}}:{i}").into(),
+            ..plain(i)
+        };
+        let _tickets: Vec<Ticket> = ((0..300).map(plain))
+            .chain((0..300).map(tagged))
+            .map(|key| watchdog.register(key, now, None, true))
+            .collect();
+        let batches = watchdog.batches(now);
+        let slot = |hold: &Arc<Hold>| fred::util::redis_keyslot(hold.key.key.as_bytes());
+        for batch in &batches {
+            let first = slot(&batch.holds[0]);
+            assert!(batch.holds.iter().all(|hold| slot(hold) == first));
+        }
+        let total: usize = batches.iter().map(|batch| batch.holds.len()).sum();
+        assert_eq!(total, 600);
+        let tenant = fred::util::redis_keyslot(b"tenant");
+        let tenants = batches
+            .iter()
+            .filter(|batch| slot(&batch.holds[0]) == tenant);
+        assert_eq!(tenants.count(), 2, "the tagged holds share full batches");
+    }
+
+    #[test]
+    fn a_reply_renews_the_flagged_holds_and_loses_the_others() {
+        let watchdog = Watchdog::new(Duration::from_secs(30), false);
+        let now = Instant::now();
+        let tickets: Vec<Ticket> = (0..3)
+            .map(|i| watchdog.register(plain(i), now, None, true))
+            .collect();
+        let holds = only_batch(&watchdog, now);
+        let next_lease = watchdog.clock.at(now + Duration::from_secs(40));
+        let reply = flags(&holds, &[plain(1)]);
+        assert_eq!(watchdog.answered(&holds, reply, next_lease), None);
+        assert!(watchdog.is_lost(&tickets[1]));
+        for kept in [&tickets[0], &tickets[2]] {
+            assert!(!watchdog.is_lost(kept));
+            assert_eq!(kept.hold.standing.deadline(), Some(next_lease));
+        }
+        assert_eq!(watchdog.renewed(), 2);
+    }
+
+    #[test]
+    fn a_reply_about_a_forgotten_hold_leaves_its_successor_alone() {
+        let watchdog = Watchdog::new(Duration::from_secs(30), false);
+        let now = Instant::now();
+        let old = watchdog.register(hold(), now, None, true);
+        let holds = only_batch(&watchdog, now);
+        // Released meanwhile, and taken again by the same owner.
+        watchdog.forget(&hold(), Some(old.hold.id));
+        let new = watchdog.register(hold(), now, None, true);
+        let deadline = new.hold.standing.deadline();
+        let next_lease = watchdog.clock.at(now + Duration::from_secs(40));
+        for gone in [vec![hold()], vec![]] {
+            let reply = flags(&holds, &gone);
+            assert_eq!(watchdog.answered(&holds, reply, next_lease), None);
+            assert!(watchdog.is_lost(&old));
+            assert!(!watchdog.is_lost(&new));
+            assert_eq!(new.hold.standing.deadline(), deadline);
+        }
+        assert_eq!(watchdog.renewed(), 1);
+    }
+
+    #[test]
+    fn a_renewal_answered_after_the_last_renewed_guard_left_sets_no_deadline() {
+        let watchdog = Watchdog::new(Duration::from_secs(30), false);
+        let now = Instant::now();
+        let renewed = watchdog.register(hold(), now, None, true);
+        let in_an_hour = Some(now + Duration::from_secs(3600));
+        let fixed = watchdog.register(hold(), now, in_an_hour, false);
+        let holds = only_batch(&watchdog, now);
+        assert!(watchdog.leave(&renewed).is_some());
+        // A deadline set now would end the fixed lease's hold at once.
+        let reply = flags(&holds, &[]);
+        assert_eq!(watchdog.answered(&holds, reply, 0), None);
+        assert_eq!(fixed.hold.standing.deadline(), None);
+        assert!(!watchdog.is_lost(&fixed));
+    }
+
+    #[test]
+    fn a_failed_renewal_is_retried_before_the_lease_ends() {
+        let watchdog = Watchdog::new(Duration::from_secs(30), false);
+        let now = Instant::now();
+        let ticket = watchdog.register(hold(), now, None, true);
+        let holds = only_batch(&watchdog, now);
+        let error = RedisError::new(fred::error::ErrorKind::IO, "connection lost");
+        let retry = (watchdog.answered(&holds, Err(error), 0)).expect("a retry");
+        assert!(retry > now && retry < now + Duration::from_secs(30));
+        assert!(!watchdog.is_lost(&ticket));
+        let odd = Ok(Value::Array(Vec::new()));
+        assert!(watchdog.answered(&holds, odd, 0).is_some());
+        assert_eq!(watchdog.renewed(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_failed_renewal_drops_the_holds_whose_lease_ran_out() {
+        let watchdog = Watchdog::new(Duration::from_millis(200), false);
+        let ticket = watchdog.register(hold(), Instant::now(), None, true);
+        let holds = only_batch(&watchdog, Instant::now());
+        tokio::time::timeout(Duration::from_secs(10), watchdog.lost(&ticket))
+            .await
+            .expect("lost() completes once the deadline passed");
+        let error = RedisError::new(fred::error::ErrorKind::IO, "connection lost");
+        assert_eq!(watchdog.answered(&holds, Err(error), 0), None);
+        assert_eq!(watchdog.plan_unlock(&hold()), (None, None), "dropped");
     }
 
     #[test]

@@ -180,6 +180,24 @@ pub fn evalsha_calls(server: &RedisServer) -> u64 {
     command_calls(server, "evalsha")
 }
 
+/// Makes the server's slow log keep every command from now on (see [`script_key_counts`]).
+pub fn log_every_command(server: &RedisServer) {
+    server.command(&["CONFIG", "SET", "slowlog-log-slower-than", "0"]);
+    server.command(&["CONFIG", "SET", "slowlog-max-len", "100000"]);
+    server.command(&["SLOWLOG", "RESET"]);
+}
+
+/// How many keys each script run since [`log_every_command`] was given, from the slow log.
+pub fn script_key_counts(server: &RedisServer) -> Vec<usize> {
+    let log = server.command(&["SLOWLOG", "GET", "-1"]);
+    let lines: Vec<&str> = log.lines().collect();
+    // Each entry lists the command's arguments: EVALSHA, the SHA, the number of keys, ...
+    (lines.windows(3))
+        .filter(|entry| entry[0].eq_ignore_ascii_case("evalsha"))
+        .map(|entry| entry[2].parse().unwrap())
+        .collect()
+}
+
 /// The unlock channel of the plain, fenced and spin locks named `name` (without a hash tag).
 pub fn lock_channel(name: &str) -> String {
     format!("redisson_lock__channel:{{{name}}}")
