@@ -66,18 +66,16 @@ if not mode then
     notify(publish, channel, message)
     return latch_record(latch, latch_ttl, request, nil)
 end
-local count = tonumber(redis.call('hget', key, owner))
-if not count then
+-- The count's text names the released hold's timeout key (no number formatted in Lua).
+local held = redis.call('hget', key, owner)
+if not tonumber(held) then
     return nil
 end
 
-local left = count - 1
-if left == 0 then
+if redis.call('hincrby', key, owner, '-1') <= 0 then
     redis.call('hdel', key, owner)
-else
-    redis.call('hset', key, owner, left)
 end
-local released = timeout_prefix .. ':' .. (left + 1)
+local released = timeout_prefix .. ':' .. held
 local released_ttl = redis.call('pttl', released)
 redis.call('del', released)
 

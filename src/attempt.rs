@@ -91,23 +91,20 @@ impl Reply {
     }
 }
 
+/// What releases a hold an [`InFlight`] attempt took after its caller gave up.
+pub(crate) trait Orphan<T>: FnOnce(T) -> BoxFuture<()> + Send + 'static {}
+
+impl<T, F: FnOnce(T) -> BoxFuture<()> + Send + 'static> Orphan<T> for F {}
+
 /// An acquire script on the wire. If the caller drops it before the reply arrives, the
 /// reply is awaited in the background and a hold it took is handed to `orphan`, which
 /// releases it. This keeps `tokio::time::timeout(lock.lock(..))` and `select!` safe.
-pub(crate) struct InFlight<T, O>
-where
-    T: Send + 'static,
-    O: FnOnce(T) -> BoxFuture<()> + Send + 'static,
-{
+pub(crate) struct InFlight<T: Send + 'static, O: Orphan<T>> {
     call: Option<BoxFuture<Result<Attempt<T>>>>,
     orphan: Option<O>,
 }
 
-impl<T, O> InFlight<T, O>
-where
-    T: Send + 'static,
-    O: FnOnce(T) -> BoxFuture<()> + Send + 'static,
-{
+impl<T: Send + 'static, O: Orphan<T>> InFlight<T, O> {
     pub(crate) fn new(call: BoxFuture<Result<Attempt<T>>>, orphan: O) -> Self {
         InFlight {
             call: Some(call),
@@ -116,11 +113,7 @@ where
     }
 }
 
-impl<T, O> Future for InFlight<T, O>
-where
-    T: Send + 'static,
-    O: FnOnce(T) -> BoxFuture<()> + Send + 'static,
-{
+impl<T: Send + 'static, O: Orphan<T>> Future for InFlight<T, O> {
     type Output = Result<Attempt<T>>;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
@@ -134,18 +127,9 @@ where
     }
 }
 
-impl<T, O> Unpin for InFlight<T, O>
-where
-    T: Send + 'static,
-    O: FnOnce(T) -> BoxFuture<()> + Send + 'static,
-{
-}
+impl<T: Send + 'static, O: Orphan<T>> Unpin for InFlight<T, O> {}
 
-impl<T, O> Drop for InFlight<T, O>
-where
-    T: Send + 'static,
-    O: FnOnce(T) -> BoxFuture<()> + Send + 'static,
-{
+impl<T: Send + 'static, O: Orphan<T>> Drop for InFlight<T, O> {
     fn drop(&mut self) {
         let (Some(call), Some(orphan)) = (self.call.take(), self.orphan.take()) else {
             return;

@@ -119,8 +119,8 @@ pub(crate) trait Protocol: Send + Sync + 'static {
 
     /// The script releasing one hold of `owner`; a partial release resets the TTL to
     /// `lease_ms`. Without the unlock latch (protocol §3.4), which the caller appends: every
-    /// release script takes it as its last KEY, and its TTL, request id and resend flag as
-    /// its last three ARGV.
+    /// release script takes it as its last KEY, and its TTL and request id as its last two
+    /// ARGV.
     fn release(&self, lock: &Target, owner: &LockOwner, lease_ms: i64) -> Call;
 
     /// The script freeing the lock whoever holds it; it replies 1 when it freed something.
