@@ -31,6 +31,7 @@ mod sentinel;
 mod spin_lock;
 mod time;
 mod wait;
+mod waiters;
 mod watchdog;
 
 pub use client::{LockClient, LockClientBuilder};

@@ -15,7 +15,9 @@ use crate::wait::Wait;
 /// A reentrant distributed lock, shared with Java's `RLock` of the same name.
 ///
 /// The lock is not fair: when it is freed, any waiter (in this process or another, Rust or
-/// Java) may get it. Use a fair lock where the order matters. The same owner re-enters: the
+/// Java) may get it, and a task that asks at that moment may get it first. A client's own
+/// waiters are woken in the order they began to wait, and one that loses the race keeps its
+/// place. Use a fair lock where the order matters. The same owner re-enters: the
 /// hold count grows by one, and the key lives at least the new lease from then on (never
 /// less than before).
 ///

@@ -25,11 +25,12 @@ use fred::interfaces::{ClientLike, ClusterInterface, EventInterface, PubsubInter
 use fred::types::config::Server;
 use fred::types::{ClusterHash, ClusterStateChange, CustomCommand, Value};
 use parking_lot::Mutex;
-use tokio::sync::{broadcast, mpsc, oneshot, watch, Notify};
+use tokio::sync::{broadcast, mpsc, oneshot, watch};
 use tokio::time::Instant;
 
 use crate::error::{is_transient, Error, Result};
 use crate::observe;
+use crate::waiters::{Waiters, Wake};
 
 /// Which pub/sub commands carry unlock messages: Redisson's `shardedSubscriptionMode`.
 /// Set it with [`LockClientBuilder::pubsub_mode`](crate::LockClientBuilder::pubsub_mode).
@@ -189,28 +190,19 @@ async fn answers_shardnumsub(server: &impl ClientLike) -> Result<bool, RedisErro
     }
 }
 
-/// What a message asks of the local waiters.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Wake {
-    /// `0`: one waiter may now succeed.
-    One,
-    /// `1`: every waiter should try (a write unlock freed the read side).
-    All,
-}
-
-impl Wake {
-    pub(crate) fn from_payload(value: &Value) -> Option<Wake> {
-        match value.as_str().as_deref().map(str::trim) {
-            Some("0") => Some(Wake::One),
-            Some("1") => Some(Wake::All),
-            _ => None,
-        }
+/// What a message's payload asks of the local waiters; `None` for a message that is not an
+/// unlock message.
+fn wake_of(payload: &Value) -> Option<Wake> {
+    match payload.as_str().as_deref().map(str::trim) {
+        Some("0") => Some(Wake::One),
+        Some("1") => Some(Wake::All),
+        _ => None,
     }
 }
 
 struct Channel {
     refs: usize,
-    notify: Arc<Notify>,
+    waiters: Arc<Waiters>,
     /// Set once the server has confirmed the subscription.
     subscribed: bool,
     /// The master that holds the sharded subscription, as the routing table named it.
@@ -296,7 +288,7 @@ impl PubSub {
             let mut channels = self.channels.lock();
             let entry = channels.entry(channel.into()).or_insert_with(|| Channel {
                 refs: 0,
-                notify: Arc::new(Notify::new()),
+                waiters: Arc::default(),
                 subscribed: false,
                 node: None,
                 idle_since: None,
@@ -305,7 +297,7 @@ impl PubSub {
             entry.idle_since = None;
             let subscription = Subscription {
                 channel: channel.into(),
-                notify: entry.notify.clone(),
+                waiters: entry.waiters.clone(),
                 channels: self.channels.clone(),
                 requests: self.requests.clone(),
             };
@@ -335,15 +327,15 @@ impl PubSub {
 /// One waiter's reference to a channel. Dropping it releases the reference.
 pub(crate) struct Subscription {
     channel: Arc<str>,
-    notify: Arc<Notify>,
+    waiters: Arc<Waiters>,
     channels: Arc<Channels>,
     requests: mpsc::UnboundedSender<Request>,
 }
 
 impl Subscription {
-    /// Where messages for this channel are signalled.
-    pub(crate) fn notify(&self) -> &Arc<Notify> {
-        &self.notify
+    /// The channel's local waiters, whom its messages wake.
+    pub(crate) fn waiters(&self) -> &Arc<Waiters> {
+        &self.waiters
     }
 }
 
@@ -360,20 +352,9 @@ impl Drop for Subscription {
     }
 }
 
-fn wake(notify: &Notify, wake: Wake) {
-    match wake {
-        Wake::One => notify.notify_one(),
-        Wake::All => {
-            notify.notify_waiters();
-            // Also leave a permit for a waiter that is between two attempts.
-            notify.notify_one();
-        }
-    }
-}
-
 fn wake_all(channels: &Channels) {
     for entry in channels.lock().values() {
-        wake(&entry.notify, Wake::All);
+        entry.waiters.wake(Wake::All);
     }
 }
 
@@ -465,17 +446,13 @@ impl Task {
     }
 
     fn dispatch(&self, message: &fred::types::Message) {
-        let Some(kind) = Wake::from_payload(&message.value) else {
+        let Some(wake) = wake_of(&message.value) else {
             return;
         };
         let channel: &str = &message.channel;
-        let notify = self
-            .channels
-            .lock()
-            .get(channel)
-            .map(|entry| entry.notify.clone());
-        if let Some(notify) = notify {
-            wake(&notify, kind);
+        let waiters = (self.channels.lock().get(channel)).map(|entry| entry.waiters.clone());
+        if let Some(waiters) = waiters {
+            waiters.wake(wake);
         }
     }
 
@@ -728,7 +705,7 @@ impl Task {
                 Ok(()) => {
                     observe::resubscribed_after_slot_move();
                     if let Some(entry) = self.channels.lock().get(&channel) {
-                        wake(&entry.notify, Wake::All);
+                        entry.waiters.wake(Wake::All);
                     }
                 }
                 Err(error) => tracing::debug!(%error, %channel, "resubscribing failed; retrying"),
@@ -810,10 +787,10 @@ mod tests {
 
     #[test]
     fn decodes_redisson_messages() {
-        assert_eq!(Wake::from_payload(&Value::from("0")), Some(Wake::One));
-        assert_eq!(Wake::from_payload(&Value::from("1")), Some(Wake::All));
-        assert_eq!(Wake::from_payload(&Value::from(1i64)), Some(Wake::All));
-        assert_eq!(Wake::from_payload(&Value::from("2")), None);
-        assert_eq!(Wake::from_payload(&Value::from("unlock")), None);
+        assert_eq!(wake_of(&Value::from("0")), Some(Wake::One));
+        assert_eq!(wake_of(&Value::from("1")), Some(Wake::All));
+        assert_eq!(wake_of(&Value::from(1i64)), Some(Wake::All));
+        assert_eq!(wake_of(&Value::from("2")), None);
+        assert_eq!(wake_of(&Value::from("unlock")), None);
     }
 }

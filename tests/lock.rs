@@ -189,6 +189,38 @@ async fn waiter_wakes_on_unlock_long_before_the_ttl() {
     eventually(5 * SECOND, "unsubscribed", || no_channels(&server)).await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_woken_waiter_that_finds_the_lock_taken_stays_first_in_line() {
+    let server = RedisServer::start();
+    let (a, b) = (
+        long_watchdog_client(&server).await,
+        long_watchdog_client(&server).await,
+    );
+    let holder = a.lock("line").unwrap().lock(&a.new_owner()).await.unwrap();
+    let (lock_b, channel) = (b.lock("line").unwrap(), lock_channel("line"));
+    let order = Arc::new(std::sync::Mutex::new(Vec::new()));
+    // Two waiters in one client, the first waiting before the second starts.
+    let mut waiters = Vec::new();
+    for n in 1..=2 {
+        let before = evalsha_calls(&server);
+        let (lock, owner, order) = (lock_b.clone(), b.new_owner(), order.clone());
+        waiters.push(tokio::spawn(async move {
+            let guard = lock.lock(&owner).await.unwrap();
+            order.lock().unwrap().push(n);
+            guard.unlock().await.unwrap();
+        }));
+        waiting(&server, &channel, before + 2).await;
+    }
+    // An unlock message while the lock is still held: the first waiter tries, and loses.
+    let before = evalsha_calls(&server);
+    server.command(&["PUBLISH", &channel, "0"]);
+    scripts_reach(&server, before + 1).await;
+    // The real release wakes the same waiter again: it did not go to the back of the line.
+    holder.unlock().await.unwrap();
+    all_finish(10 * SECOND, "both waiters", waiters).await;
+    assert_eq!(*order.lock().unwrap(), [1, 2]);
+}
+
 #[tokio::test]
 async fn try_lock_for_gives_up_on_time_and_takes_a_freed_lock_at_once() {
     let server = RedisServer::start();

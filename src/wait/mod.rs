@@ -5,12 +5,8 @@
 pub(crate) mod backoff;
 
 use std::future::Future;
-use std::pin::Pin;
-use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::futures::Notified;
-use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::attempt::Attempt;
@@ -19,6 +15,7 @@ use crate::error::{Error, Result};
 use crate::observe;
 use crate::pubsub::Subscription;
 use crate::time::deadline_after;
+use crate::waiters::Ticket;
 use backoff::{Delays, OUTAGE_BACKOFF, POLL_WITHOUT_MESSAGES};
 
 pub use backoff::Backoff;
@@ -84,9 +81,11 @@ pub(crate) enum Wake<'a> {
 /// `attempt` runs one acquire script; it must leave no hold behind when it is dropped
 /// mid-flight (see [`InFlight`](crate::attempt::InFlight)). Returns `Ok(None)` when `deadline` passed.
 ///
-/// A wake-up is never lost: a waiter woken by a message makes one more attempt even when its
-/// deadline has passed meanwhile, and one that ends without an attempt after the wake-up
-/// (an error, the future dropped) passes it on to another local waiter (see [`Unanswered`]).
+/// Local waiters are woken in the order they began to wait, and keep their place until they
+/// get the lock (see [`Waiters`](crate::waiters::Waiters)). A wake-up is never lost: a waiter
+/// woken by a message makes one more attempt even when its deadline has passed meanwhile,
+/// and one that ends without an attempt after the wake-up (an error, the future dropped)
+/// passes it on to another local waiter.
 ///
 /// Errors of the first attempt are returned as they are (Redis down, wrong type). Once
 /// waiting, transient errors are retried with back-off until Redis has been unreachable for
@@ -134,12 +133,14 @@ where
     }
     let outage_limit = engine.settings.watchdog_timeout;
     let mut subscription: Option<Subscription> = None;
+    // This waiter's place among the channel's local waiters, held from its first attempt
+    // after subscribing: a waiter woken first is never sent to the back by losing a race.
+    let mut ticket: Option<Ticket> = None;
     let mut outage: Option<(Instant, Duration)> = None;
-    let mut unanswered = Unanswered::default();
     loop {
         // Past the deadline, only a wake-up not yet answered earns a last attempt.
         let last = deadline.is_some_and(|d| Instant::now() >= d);
-        if last && !unanswered.is_pending() {
+        if last && !ticket.as_ref().is_some_and(Ticket::is_pending) {
             return Ok(None);
         }
         engine.check_open()?;
@@ -153,29 +154,32 @@ where
                 None => subscribing.await,
             };
             match subscribed {
-                Ok(sub) => subscription = Some(sub),
+                Ok(sub) => {
+                    // Joined before trying, so a message sent in between wakes this waiter.
+                    ticket = Some(sub.waiters().join());
+                    subscription = Some(sub);
+                }
                 Err(Error::Closed) => return Err(Error::Closed),
                 // Waiting still works without messages, only slower: poll and retry later.
                 Err(error) => tracing::debug!(%error, channel, "subscribing failed; polling"),
             }
         }
 
-        // Register for the next message before trying, so one sent in between is kept.
-        let mut notified = std::pin::pin!(None);
-        if let Some(subscription) = &subscription {
-            if register(notified.as_mut(), subscription.notify()) {
-                unanswered.take(subscription.notify());
-            }
+        if let Some(ticket) = &ticket {
+            ticket.start_attempt();
         }
-
         let ttl = match attempt().await {
             Ok(Attempt::Acquired(hold)) => {
-                unanswered.answer();
+                if let Some(ticket) = &ticket {
+                    ticket.attempt_done();
+                }
                 return Ok(Some(hold));
             }
             Ok(Attempt::Busy { ttl }) => {
                 // The lock was looked at after every wake-up taken so far.
-                unanswered.answer();
+                if let Some(ticket) = &ticket {
+                    ticket.attempt_done();
+                }
                 if last {
                     return Ok(None);
                 }
@@ -214,60 +218,11 @@ where
             tokio::time::sleep(spin_pause(delays, ttl, deadline)).await;
             continue;
         }
-        match (notified.as_mut().as_pin_mut(), &subscription) {
-            (Some(notified), Some(subscription)) => {
-                if tokio::time::timeout(wait, notified).await.is_ok() {
-                    unanswered.take(subscription.notify());
-                }
+        match &ticket {
+            Some(ticket) => {
+                let _ = tokio::time::timeout(wait, ticket.woken()).await;
             }
-            _ => tokio::time::sleep(wait).await,
-        }
-    }
-}
-
-/// Registers `slot` for the channel's next wake-up. A wake-up stored while no waiter was
-/// registered is taken on the way (and a fresh registration made): returns whether one was.
-/// The attempt that follows answers it.
-fn register<'a>(mut slot: Pin<&mut Option<Notified<'a>>>, notify: &'a Notify) -> bool {
-    let mut took = false;
-    loop {
-        slot.set(Some(notify.notified()));
-        let notified = slot.as_mut().as_pin_mut().expect("just set");
-        if !notified.enable() {
-            return took;
-        }
-        took = true;
-    }
-}
-
-/// A wake-up this waiter took from its channel that no attempt has answered yet. If the
-/// waiter ends before one does (an error, the future dropped), [`Drop`] passes the wake-up on
-/// to another local waiter of the channel, which then looks at the lock in its place.
-///
-/// (A wake-up given to a registration that is dropped before it completed is passed on by
-/// Tokio's `Notified` itself.)
-#[derive(Default)]
-struct Unanswered(Option<Arc<Notify>>);
-
-impl Unanswered {
-    fn take(&mut self, notify: &Arc<Notify>) {
-        self.0 = Some(notify.clone());
-    }
-
-    /// An attempt made after the wake-up has looked at the lock.
-    fn answer(&mut self) {
-        self.0 = None;
-    }
-
-    fn is_pending(&self) -> bool {
-        self.0.is_some()
-    }
-}
-
-impl Drop for Unanswered {
-    fn drop(&mut self) {
-        if let Some(notify) = self.0.take() {
-            notify.notify_one();
+            None => tokio::time::sleep(wait).await,
         }
     }
 }
@@ -288,38 +243,6 @@ fn spin_pause(delays: &mut Delays, ttl: Option<Duration>, deadline: Option<Insta
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn registering_takes_a_stored_wake_up_and_stays_registered() {
-        let notify = Notify::new();
-        let mut slot = std::pin::pin!(None);
-        assert!(!register(slot.as_mut(), &notify), "nothing stored yet");
-        // Sent to the registration; re-registering drops it, which stores the wake-up,
-        // and the fresh registration takes it.
-        notify.notify_one();
-        assert!(register(slot.as_mut(), &notify));
-        assert!(!register(slot.as_mut(), &notify), "taken once only");
-    }
-
-    #[test]
-    fn an_unanswered_wake_up_is_passed_on_and_an_answered_one_is_not() {
-        let notify = Arc::new(Notify::new());
-        let mut slot = std::pin::pin!(None);
-        let mut answered = Unanswered::default();
-        answered.take(&notify);
-        answered.answer();
-        drop(answered);
-        assert!(!register(slot.as_mut(), &notify));
-
-        let mut unanswered = Unanswered::default();
-        unanswered.take(&notify);
-        assert!(unanswered.is_pending());
-        drop(unanswered);
-        assert!(
-            register(slot.as_mut(), &notify),
-            "passed on to the next waiter"
-        );
-    }
 
     #[test]
     fn default_strategy_is_pub_sub() {
