@@ -12,7 +12,8 @@
 --        TTL), and nothing was written. (Java's reply is nil / PTTL.)
 -- A read hold is granted when the lock is free, in read mode (readers never queue behind
 -- waiting writers), or in write mode held by this same owner (downgrade; mode stays write).
--- The hash TTL becomes the larger of its current TTL and the lease, never shorter.
+-- The hash TTL becomes the larger of its current TTL and the lease, never shorter; when it
+-- is raised, it ends at the same instant as the new hold's timeout key.
 --
 -- Deliberate difference from Java: a hash under the name without a mode field is not a
 -- read-write lock (another kind's hold, or foreign data). Java takes it and writes into it;
@@ -27,15 +28,20 @@ if not mode then
     if redis.call('exists', key) == 1 then
         return {0, redis.call('pttl', key)}
     end
+    local expiry = instant_after(now_ms(), lease)
     redis.call('hset', key, 'mode', 'read')
     redis.call('hset', key, owner, 1)
-    redis.call('set', timeout_prefix .. ':1', 1, 'px', lease)
-    redis.call('pexpire', key, lease)
+    redis.call('set', timeout_prefix .. ':1', 1, 'pxat', expiry)
+    redis.call('pexpireat', key, expiry)
     return {1, 1}
 end
 if mode == 'read' or (mode == 'write' and redis.call('hexists', key, write_owner) == 1) then
-    local n = add_hold(key, owner, lease)
-    redis.call('set', timeout_prefix .. ':' .. n, 1, 'px', lease)
+    local expiry = instant_after(now_ms(), lease)
+    local n = redis.call('hincrby', key, owner, '1')
+    if redis.call('pttl', key) < tonumber(lease) then
+        redis.call('pexpireat', key, expiry)
+    end
+    redis.call('set', timeout_prefix .. ':' .. n, 1, 'pxat', expiry)
     return {1, n}
 end
 return {0, redis.call('pttl', key)}

@@ -23,12 +23,16 @@
 --
 -- The TTL without a full scan. Java recomputes the TTL on every release: one PTTL per
 -- remaining hold of every reader, so a release costs more the more readers hold the lock.
--- In read mode the hash expires when its latest reader's timeout key does: the first reader
+-- In read mode the hash never expires after its latest reader's timeout key: the first reader
 -- gives both its lease, a joining reader raises the hash to its own lease when that is
 -- longer, a renewal gives the hash and the renewed keys the same TTL, and a recompute sets
--- the latest. So a recompute cannot change the TTL while another live hold's key expires no
--- sooner than the hash; the TTL then stays as it is (reply 0), which is found in one of two
--- ways:
+-- the latest. Each of these reads the server's clock once and sets both to the same instant
+-- (instant.lua): Redis's clock moves during a script, and a hash that ended a millisecond
+-- after its latest key would make that key's release look like an earlier reader's, and skip
+-- the purge of dead readers. (A recompute's instant is read before the keys' TTLs, so it
+-- never ends after the latest key.) So a recompute cannot change the TTL while another live
+-- hold's key expires no sooner than the hash; the TTL then stays as it is (reply 0), which
+-- is found in one of two ways:
 -- * the released hold's own key expires strictly before the hash: another hold's key
 --   expires with the hash, and nothing is scanned (the common case with many readers);
 -- * otherwise (it was the latest, or tied with it) the scan stops at the first remaining
@@ -41,7 +45,9 @@
 --
 -- Deliberate difference from Java: where the hash's expiry is not its latest reader's, a
 -- full scan would have moved it. A renewal (ours or Java's) can set the hash below a reader
--- holding a longer fixed lease, and a writer that downgrades leaves its own TTL; a full scan
+-- holding a longer fixed lease, a writer that downgrades leaves its own TTL, and Java's
+-- scripts set TTLs by PEXPIRE, one after the other (a hash can end a millisecond after the
+-- key Java gave the same lease); a full scan
 -- would raise the TTL to that reader's key, or lower it to the latest live key, or delete
 -- the lock when every other reader is dead. Here the TTL stays as it was until a release
 -- that scans in full, or until it runs out. For exclusion this is harmless: the lock never
@@ -88,6 +94,8 @@ if redis.call('hlen', key) > 1 then
     if hash_ttl > 0 and released_ttl >= 0 and released_ttl < hash_ttl then
         return latch_record(latch, latch_ttl, request, 0)
     end
+    -- Read before the keys' TTLs, so that the hash never ends after the longest of them.
+    local scan_start = now_ms()
     local longest = -3
     local fields = redis.call('hkeys', key)
     for i = #fields, 1, -1 do
@@ -103,7 +111,7 @@ if redis.call('hlen', key) > 1 then
         end
     end
     if longest > 0 then
-        redis.call('pexpire', key, longest)
+        redis.call('pexpireat', key, instant_after(scan_start, longest))
         return latch_record(latch, latch_ttl, request, 0)
     end
     if mode == 'write' then

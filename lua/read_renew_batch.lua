@@ -9,11 +9,11 @@
 --             <client uuid>:<owner id> of this client's readers of that lock
 --
 -- Reply: an array with one integer per lock, in KEYS order: 1 when at least one listed
--- reader still holds it (the hash TTL and the timeout keys #c..#1 of every listed reader
--- with count c were reset), 0 when none does (the caller stops renewing those readers and
+-- reader still holds it (the hash and the timeout keys #c..#1 of every listed reader with
+-- count c now expire at one instant, the TTL from now), 0 when none does (the caller stops renewing those readers and
 -- reports the loss). A key that is no longer a hash counts as gone instead of failing the
 -- whole batch.
-local ttl = valid_ms(ARGV[1])
+local expiry = instant_after(now_ms(), valid_ms(ARGV[1]))
 local renewed = {}
 local arg = 2
 for i = 1, #KEYS, 2 do
@@ -27,12 +27,12 @@ for i = 1, #KEYS, 2 do
         if holds and holds > 0 then
             alive = true
             for n = holds, 1, -1 do
-                redis.call('pexpire', key_prefix .. ':' .. owner .. ':rwlock_timeout:' .. n, ttl)
+                redis.call('pexpireat', key_prefix .. ':' .. owner .. ':rwlock_timeout:' .. n, expiry)
             end
         end
     end
     if alive then
-        redis.call('pexpire', key, ttl)
+        redis.call('pexpireat', key, expiry)
         renewed[#renewed + 1] = 1
     else
         renewed[#renewed + 1] = 0

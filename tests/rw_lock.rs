@@ -1096,6 +1096,50 @@ async fn a_dead_clients_reader_is_purged_by_a_live_readers_unlock() {
         .unwrap();
 }
 
+/// Redis's clock moves while a script runs, so a renewal that set each TTL by PEXPIRE could
+/// end the hash a millisecond after its readers' keys; the release of the latest hold would
+/// then look like an earlier one's and leave dead readers in place. Thousands of holds make
+/// the renewal script run for milliseconds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_renewal_ends_the_hash_and_its_readers_keys_at_one_instant() {
+    let server = RedisServer::start();
+    let c = client(&server).await;
+    let name = "instants";
+    let (lock, owner) = (c.read_write_lock(name).unwrap(), c.new_owner());
+    const HOLDS: u32 = 4_000;
+    let mut guards = Vec::new();
+    for _ in 0..HOLDS {
+        guards.push(lock.read(&owner).await.unwrap());
+    }
+    // The distinct expiry instants of the hash and every timeout key, read atomically.
+    const INSTANTS: &str = "local seen, distinct = {}, 0 \
+        local function note(key) \
+            local at = redis.call('pexpiretime', key) \
+            if not seen[at] then seen[at] = true; distinct = distinct + 1 end \
+        end \
+        note(KEYS[1]) \
+        for n = 1, tonumber(ARGV[1]) do note(KEYS[2] .. ':' .. n) end \
+        return {distinct, redis.call('pexpiretime', KEYS[1])}";
+    let prefix = timeout_key(name, &owner.to_string(), 1);
+    let prefix = prefix.trim_end_matches(":1");
+    let instants = || {
+        let reply = server.command(&["EVAL", INSTANTS, "2", name, prefix, &HOLDS.to_string()]);
+        let mut lines = reply.lines().map(|line| line.parse::<i64>().unwrap());
+        (lines.next().unwrap(), lines.next().unwrap())
+    };
+    let (_, before) = instants();
+    eventually(10 * SECOND, "a renewal", || instants().1 != before).await;
+    assert_eq!(
+        instants().0,
+        1,
+        "one expiry instant for the hash and all its keys"
+    );
+    for guard in guards {
+        guard.unlock().await.unwrap();
+    }
+    assert_eq!(server.command(&["EXISTS", name]), "0");
+}
+
 /// testReadLockLeaseTimeoutDiffThreadsRRW, scaled down: another reader's unlock shrinks
 /// the lock's TTL to the remaining reader's lease, and a writer gets in when that ends.
 #[tokio::test]

@@ -1,0 +1,15 @@
+-- Shared snippet: instants on the server's clock, for the read-write lock, whose hash must
+-- expire at the very instant its latest reader's timeout key does (see read_release.lua).
+-- Redis's clock moves while a script runs, so two PEXPIREs of the same length in one script
+-- can end a millisecond apart; these scripts read the clock once and set PEXPIREAT / PXAT.
+
+-- The server's clock now, in whole ms.
+local function now_ms()
+    local time = redis.call('time')
+    return time[1] * 1000 + math.floor(time[2] / 1000)
+end
+
+-- The instant `ms` (text or number) from `now`, as the text PEXPIREAT and PXAT take.
+local function instant_after(now, ms)
+    return string.format('%d', now + tonumber(ms))
+end
