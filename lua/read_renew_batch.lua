@@ -10,9 +10,9 @@
 --
 -- Reply: an array with one integer per lock, in KEYS order: 1 when at least one listed
 -- reader still holds it (the hash and the timeout keys #c..#1 of every listed reader with
--- count c now expire at one instant, the TTL from now), 0 when none does (the caller stops renewing those readers and
--- reports the loss). A key that is no longer a hash counts as gone instead of failing the
--- whole batch.
+-- count c now expire at one instant, the TTL from now), 0 when none does (the caller stops
+-- renewing those readers and reports the loss). A key that is no longer a hash counts as
+-- gone instead of failing the whole batch.
 local expiry = instant_after(now_ms(), valid_ms(ARGV[1]))
 local renewed = {}
 local arg = 2
@@ -27,7 +27,8 @@ for i = 1, #KEYS, 2 do
         if holds and holds > 0 then
             alive = true
             for n = holds, 1, -1 do
-                redis.call('pexpireat', key_prefix .. ':' .. owner .. ':rwlock_timeout:' .. n, expiry)
+                local timeout_key = key_prefix .. ':' .. owner .. ':rwlock_timeout:' .. n
+                redis.call('pexpireat', timeout_key, expiry)
             end
         end
     end
