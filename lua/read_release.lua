@@ -61,64 +61,90 @@ local key, channel, timeout_prefix, key_prefix, latch = KEYS[1], KEYS[2], KEYS[3
 local message, owner, publish, latch_ttl = ARGV[1], ARGV[2], ARGV[3], valid_ms(ARGV[4])
 local request = ARGV[5]
 
-check_may_publish(publish, channel, message)
-local replayed, reply = latch_replay(latch, request)
-if replayed then
-    return reply
-end
-
-local mode = redis.call('hget', key, 'mode')
-if not mode then
-    notify(publish, channel, message)
-    return latch_record(latch, latch_ttl, request, nil)
-end
--- The count's text names the released hold's timeout key (no number formatted in Lua).
-local held = redis.call('hget', key, owner)
-if not tonumber(held) then
-    return nil
-end
-
-if redis.call('hincrby', key, owner, '-1') <= 0 then
-    redis.call('hdel', key, owner)
-end
-local released = timeout_prefix .. ':' .. held
-local released_ttl = redis.call('pttl', released)
-redis.call('del', released)
-
-if redis.call('hlen', key) > 1 then
+-- What releasing hold #`held` of `owner` leaves, read before anything is written: 0 while
+-- the lock stays held (with the hash's new expiry instant when its TTL must move), or 1 when
+-- it is free after it (no other field but the mode, or in read mode only dead readers).
+local function outcome_of(mode, held)
+    local others = redis.call('hlen', key) - 1 -- the fields besides the mode
+    if tonumber(held) <= 1 then
+        others = others - 1
+    end
+    if others <= 0 then
+        return 1
+    end
+    local released_ttl = redis.call('pttl', timeout_prefix .. ':' .. held)
     -- Only in read mode does the hash expire with its latest reader (see the header).
     local hash_ttl = -1
     if mode == 'read' then
         hash_ttl = redis.call('pttl', key)
     end
     if hash_ttl > 0 and released_ttl >= 0 and released_ttl < hash_ttl then
-        return latch_record(latch, latch_ttl, request, 0)
+        return 0
     end
     -- Read before the keys' TTLs, so that the hash never ends after the longest of them.
     local scan_start = now_ms()
     local longest = -3
     local fields = redis.call('hkeys', key)
     for i = #fields, 1, -1 do
-        local count = tonumber(redis.call('hget', key, fields[i]))
-        if count then
-            for n = count, 1, -1 do
-                local remaining = redis.call('pttl', key_prefix .. ':' .. fields[i] .. ':rwlock_timeout:' .. n)
+        local field = fields[i]
+        local top = tonumber(redis.call('hget', key, field))
+        if top and field == owner then
+            top = top - 1 -- its hold #held is the one released
+        end
+        if top then
+            for n = top, 1, -1 do
+                local remaining = redis.call('pttl', key_prefix .. ':' .. field .. ':rwlock_timeout:' .. n)
                 if hash_ttl > 0 and remaining >= hash_ttl then
-                    return latch_record(latch, latch_ttl, request, 0)
+                    return 0
                 end
                 longest = math.max(longest, remaining)
             end
         end
     end
     if longest > 0 then
-        redis.call('pexpireat', key, instant_after(scan_start, longest))
-        return latch_record(latch, latch_ttl, request, 0)
+        return 0, instant_after(scan_start, longest)
     end
     if mode == 'write' then
-        return latch_record(latch, latch_ttl, request, 0)
+        return 0
     end
+    return 1
 end
 
-redis.call('del', key)
-notify(publish, channel, message)
-return latch_record(latch, latch_ttl, request, 1)
+-- The outcome is known before anything is written: it is recorded and the previous record
+-- read in one command, and a release that frees the lock (or finds no lock) tells the
+-- waiters first, so that a publish the server refuses leaves everything as it was. (A send
+-- that only replays tells them again: they look, and find the lock as it is.)
+local mode = redis.call('hget', key, 'mode')
+local held = mode and redis.call('hget', key, owner)
+local outcome, expiry = nil, nil
+if not mode then
+    notify_before_writing(publish, channel, message)
+elseif tonumber(held) then
+    outcome, expiry = outcome_of(mode, held)
+    if outcome == 1 then
+        notify_before_writing(publish, channel, message)
+    end
+end
+local replayed, reply = latch_claim(latch, latch_ttl, request, outcome)
+if replayed then
+    return reply
+end
+if outcome == nil then
+    return nil
+end
+-- The count's text names the released hold's timeout key (no number formatted in Lua).
+local released = timeout_prefix .. ':' .. held
+if outcome == 1 then
+    redis.call('del', key, released)
+    return 1
+end
+if tonumber(held) <= 1 then
+    redis.call('hdel', key, owner)
+else
+    redis.call('hincrby', key, owner, '-1')
+end
+redis.call('del', released)
+if expiry then
+    redis.call('pexpireat', key, expiry)
+end
+return 0

@@ -1052,7 +1052,7 @@ async fn a_user_refused_evalsha_or_publish_gets_a_clear_error_and_nothing_is_wri
     for mode in [PubSubMode::Sharded, PubSubMode::Both] {
         let url = user("no-spublish", "spublish");
         let silent = client_with(&server, |b| b.url(&url).pubsub_mode(mode)).await;
-        for kind in [Kind::Plain, Kind::Write] {
+        for kind in [Kind::Plain, Kind::Write, Kind::Read] {
             let name = format!("unannounced-{mode:?}-{kind:?}");
             let held = acquire(&silent, &silent.new_owner(), kind, &name, None).await;
             let before = server.command(&["HGETALL", &name]);

@@ -198,3 +198,64 @@ async fn the_unlock_latch_makes_a_resent_release_idempotent() {
     assert_eq!(run("stranger:1", "9"), "(nil)");
     assert_eq!(server.command(&["HGET", "latched", "me:1"]), "1");
 }
+
+#[tokio::test]
+async fn the_unlock_latch_makes_a_resent_read_release_idempotent() {
+    // As above, for the read release, which decides its outcome from the readers' keys
+    // before it writes anything.
+    let server = RedisServer::start();
+    let (acquire, release) = (&lua("read_acquire"), &lua("read_release"));
+    let name = "shared";
+    let prefix = |owner: &str| format!("{{{name}}}:{owner}:rwlock_timeout");
+    let latch = "redisson_unlock_latch:{shared}:l1";
+    let take = |owner: &str| {
+        let write_owner = format!("{owner}:write");
+        let args = ["2", name, &prefix(owner), "30000", owner, &write_owner];
+        server.command(&[&["EVAL", acquire.as_str()][..], &args].concat());
+    };
+    let run = |owner: &str, request: &str| {
+        let args = [
+            "5",
+            name,
+            "redisson_rwlock:{shared}",
+            &prefix(owner),
+            "{shared}",
+            latch,
+            "0",
+            owner,
+            "PUBLISH",
+            "10000",
+            request,
+        ];
+        server.command(&[&["EVAL", release.as_str()][..], &args].concat())
+    };
+    let exists = |key: &str| server.command(&["EXISTS", key]);
+    take("me:1");
+    take("me:1");
+    assert_eq!(run("me:1", "1"), "0");
+    assert_eq!(run("me:1", "1"), "0", "replayed");
+    assert_eq!(
+        server.command(&["HGET", name, "me:1"]),
+        "1",
+        "released once"
+    );
+    assert_eq!(exists(&format!("{}:2", prefix("me:1"))), "0");
+    assert_eq!(exists(&format!("{}:1", prefix("me:1"))), "1");
+    assert_eq!(server.command(&["GET", latch]), "1:0");
+
+    assert_eq!(run("me:1", "2"), "1");
+    assert_eq!(exists(name), "0");
+    assert_eq!(exists(&format!("{}:1", prefix("me:1"))), "0");
+    // A first send delayed on a dead connection, arriving after its resend freed the lock
+    // and the owner read-locked again: it replays, and the new hold stays.
+    take("me:1");
+    assert_eq!(run("me:1", "2"), "1", "replayed");
+    assert_eq!(server.command(&["HGET", name, "me:1"]), "1");
+    assert_eq!(exists(&format!("{}:1", prefix("me:1"))), "1");
+
+    // Not a reader: nil, recorded as such, so that a resend gives nil too.
+    assert_eq!(run("stranger:1", "3"), "(nil)");
+    assert_eq!(server.command(&["GET", latch]), "3:none");
+    assert_eq!(run("stranger:1", "3"), "(nil)");
+    assert_eq!(server.command(&["HGET", name, "me:1"]), "1");
+}
