@@ -28,28 +28,35 @@ local message, lease, write_owner, publish = ARGV[1], valid_ms(ARGV[2]), ARGV[3]
 local latch_ttl = valid_ms(ARGV[5])
 local request = ARGV[6]
 
-check_may_publish(publish, channel, message)
-local replayed, reply = latch_replay(latch, request)
+-- The outcome is known from the count before anything is written: it is recorded and the
+-- previous record read in one command, and a release that frees the write side (or finds no
+-- lock) tells the waiters first, so that a publish the server refuses leaves everything as
+-- it was. (A send that only replays tells them again: they look, and find the lock as it is.)
+local mode = redis.call('hget', key, 'mode')
+local count = nil
+if mode == 'write' then
+    count = tonumber(redis.call('hget', key, write_owner))
+end
+local outcome = nil
+if count then
+    outcome = count > 1 and 0 or 1
+end
+if not mode or outcome == 1 then
+    notify_before_writing(publish, channel, message)
+end
+local replayed, reply = latch_claim(latch, latch_ttl, request, outcome)
 if replayed then
     return reply
 end
-
-local mode = redis.call('hget', key, 'mode')
-if not mode then
-    notify(publish, channel, message)
-    return latch_record(latch, latch_ttl, request, nil)
+if outcome == 0 then
+    drop_hold(key, write_owner, lease)
+elseif outcome == 1 then
+    -- Only the mode and this field: the lock is free. Otherwise the owner's read holds stay.
+    if redis.call('hlen', key) == 2 then
+        redis.call('del', key)
+    else
+        redis.call('hdel', key, write_owner)
+        redis.call('hset', key, 'mode', 'read')
+    end
 end
-if mode ~= 'write' or redis.call('hexists', key, write_owner) == 0 then
-    return nil
-end
-if drop_hold(key, write_owner, lease) > 0 then
-    return latch_record(latch, latch_ttl, request, 0)
-end
-redis.call('hdel', key, write_owner)
-if redis.call('hlen', key) == 1 then
-    redis.call('del', key)
-else
-    redis.call('hset', key, 'mode', 'read')
-end
-notify(publish, channel, message)
-return latch_record(latch, latch_ttl, request, 1)
+return outcome

@@ -259,3 +259,48 @@ async fn the_unlock_latch_makes_a_resent_read_release_idempotent() {
     assert_eq!(run("stranger:1", "3"), "(nil)");
     assert_eq!(server.command(&["HGET", name, "me:1"]), "1");
 }
+
+#[tokio::test]
+async fn the_unlock_latch_makes_a_resent_write_release_idempotent() {
+    let server = RedisServer::start();
+    let (acquire, release) = (&lua("write_acquire"), &lua("write_release"));
+    let name = "exclusive";
+    let latch = "redisson_unlock_latch:{exclusive}:l1";
+    let take = |owner: &str| {
+        let write_owner = format!("{owner}:write");
+        server.command(&["EVAL", acquire, "1", name, "30000", &write_owner, owner]);
+    };
+    let run = |owner: &str, request: &str| {
+        let write_owner = format!("{owner}:write");
+        let channel = "redisson_rwlock:{exclusive}";
+        let args = [name, channel, latch, "1", "30000", &write_owner, "PUBLISH"];
+        server.command(
+            &[
+                &["EVAL", release.as_str(), "3"][..],
+                &args,
+                &["10000", request],
+            ]
+            .concat(),
+        )
+    };
+    take("me:1");
+    take("me:1");
+    assert_eq!(run("me:1", "1"), "0");
+    assert_eq!(run("me:1", "1"), "0", "replayed");
+    assert_eq!(
+        server.command(&["HGET", name, "me:1:write"]),
+        "1",
+        "released once"
+    );
+    assert_eq!(run("me:1", "2"), "1");
+    assert_eq!(server.command(&["EXISTS", name]), "0");
+    // A late first send after the owner took the lock again replays; the new hold stays.
+    take("me:1");
+    assert_eq!(run("me:1", "2"), "1", "replayed");
+    assert_eq!(server.command(&["HGET", name, "me:1:write"]), "1");
+    // Not the writer: nil, recorded as such.
+    assert_eq!(run("stranger:1", "3"), "(nil)");
+    assert_eq!(server.command(&["GET", latch]), "3:none");
+    assert_eq!(run("stranger:1", "3"), "(nil)");
+    assert_eq!(server.command(&["HGET", name, "me:1:write"]), "1");
+}
