@@ -28,3 +28,20 @@ local function tell_head(queue, channel_base, publish, message)
         notify(publish, channel_base .. ':' .. head, message)
     end
 end
+
+-- The head that purge_stale_heads would leave, found without writing: the first waiter in
+-- line whose deadline has not passed (or who has none); nil when there is none.
+local function live_head(queue, deadlines, now)
+    local at = 0
+    while true do
+        local head = redis.call('lindex', queue, at)
+        if not head then
+            return nil
+        end
+        local deadline = redis.call('zscore', deadlines, head)
+        if not deadline or tonumber(deadline) > now then
+            return head
+        end
+        at = at + 1
+    end
+end

@@ -28,22 +28,30 @@ local message, lease, owner = ARGV[1], valid_ms(ARGV[2]), ARGV[3]
 local now, publish, latch_ttl = tonumber(ARGV[4]), ARGV[5], valid_ms(ARGV[6])
 local request = ARGV[7]
 
-check_may_publish(publish, channel_base, message)
-local replayed, reply = latch_replay(latch, request)
+-- The outcome is known from the count before anything is written: it is recorded and the
+-- previous record read in one command, and a release that frees the lock (or finds no lock)
+-- tells the live head first, so that a publish the server refuses leaves everything as it
+-- was. (A send that only replays tells it again: it looks, and finds the lock as it is.)
+local exists = redis.call('exists', key) == 1
+local count = exists and tonumber(redis.call('hget', key, owner))
+local outcome = nil
+if count then
+    outcome = count > 1 and 0 or 1
+end
+if not exists or outcome == 1 then
+    local head = live_head(queue, deadlines, now)
+    if head then
+        notify_before_writing(publish, channel_base .. ':' .. head, message)
+    end
+end
+local replayed, reply = latch_claim(latch, latch_ttl, request, outcome)
 if replayed then
     return reply
 end
 purge_stale_heads(queue, deadlines, now)
-
-if redis.call('exists', key) == 0 then
-    tell_head(queue, channel_base, publish, message)
-    return latch_record(latch, latch_ttl, request, nil)
+if outcome == 0 then
+    drop_hold(key, owner, lease)
+elseif outcome == 1 then
+    redis.call('del', key)
 end
-local released = release_hold(key, owner, lease)
-if released == nil then
-    return nil
-end
-if released == 1 then
-    tell_head(queue, channel_base, publish, message)
-end
-return latch_record(latch, latch_ttl, request, released)
+return outcome

@@ -37,35 +37,11 @@ local function refuse_failed(reply, command, channel)
     end
 end
 
--- A release that publishes must be allowed to: a publish refused by the user's ACL would
--- fail the script after it has written (the hold gone, the waiters never told). So it is
--- refused first, with nothing written. (Scripts can ask the ACL from Redis 7.0 on; the
--- check uses the lock's channel, so channel rules must allow the waiters' channels too.)
-local function check_may_publish(publish, channel, message)
-    if publish == '' or not redis.acl_check_cmd then
-        return
-    end
-    local commands = {publish}
-    if publish == 'both' then
-        commands = {'publish', 'spublish'}
-    end
-    for _, command in ipairs(commands) do
-        local known, allowed = pcall(redis.acl_check_cmd, command, channel, message)
-        if not known and command == 'spublish' then
-            -- The server lacks SPUBLISH: notify publishes with PUBLISH instead.
-            command = 'publish'
-            known, allowed = pcall(redis.acl_check_cmd, command, channel, message)
-        end
-        if known and not allowed then
-            refuse(command, channel)
-        end
-    end
-end
-
--- check_may_publish and notify in one, for a release that knows before it writes that it
--- will free the lock: it tells the waiters first, and a publish the server refuses fails the
--- script before anything is written, without asking the ACL on every release. Nobody acts
--- on the message before the script has ended, so the waiters find the lock free.
+-- notify for a release, which knows before it writes that it will free the lock: it tells
+-- the waiters first, and a publish the server refuses (the user's ACL) fails the script
+-- before anything is written, where a refusal after the writes would leave the hold gone
+-- and the waiters never told. Nobody acts on the message before the script has ended, so
+-- the waiters find the lock free.
 local function notify_before_writing(publish, channel, message)
     if publish == '' then
         return

@@ -32,24 +32,12 @@ local function latch_reply(recorded, request)
 end
 
 -- A send of a release that already ran (same request id: a resend, or a first send that
--- arrives after its resend) must not release a second time: returns true and the reply the
--- run recorded, or false when the latch records no run of this request. Every send reads
--- it: a first send delayed on a dead connection can run after its resend did.
-local function latch_replay(latch, request)
-    return latch_reply(redis.call('get', latch), request)
-end
-
--- Records the reply `outcome` (0, 1, or nil for "not held") of `request` in the latch for
--- `ttl` ms, so that a later send of it replays it; returns it for the script to reply.
-local function latch_record(latch, ttl, request, outcome)
-    redis.call('set', latch, latch_value(request, outcome), 'px', ttl)
-    return outcome
-end
-
--- latch_replay and latch_record in one command, for a release that knows its outcome
--- before it writes: records `outcome` and reads the record it replaces. When that was
--- this request's, the record is put back and true is returned with its reply; the caller
--- then writes nothing. Otherwise false: the caller goes on to release.
+-- arrives after its resend) must not release a second time, so every send reads the latch
+-- (a first send delayed on a dead connection can run after its resend did). A release
+-- knows its outcome before it writes: this records `outcome` (0, 1, or nil for "not held")
+-- for `ttl` ms and reads the record it replaces, in one command. When that was this
+-- request's, the record is put back and true is returned with its reply; the caller then
+-- writes nothing. Otherwise false: the caller goes on to release.
 local function latch_claim(latch, ttl, request, outcome)
     local previous = redis.call('set', latch, latch_value(request, outcome), 'px', ttl, 'get')
     local replayed, reply = latch_reply(previous, request)
@@ -67,18 +55,4 @@ local function drop_hold(key, field, lease)
         redis.call('pexpire', key, lease)
     end
     return left
-end
-
--- Redisson's release of one hold of `owner` in a reentrant lock hash: nil when it holds
--- none (nothing changes); 0 when holds remain (see drop_hold); 1 when that was the last
--- hold and the hash is deleted.
-local function release_hold(key, owner, lease)
-    if redis.call('hexists', key, owner) == 0 then
-        return nil
-    end
-    if drop_hold(key, owner, lease) > 0 then
-        return 0
-    end
-    redis.call('del', key)
-    return 1
 end

@@ -1034,6 +1034,13 @@ async fn a_user_refused_evalsha_or_publish_gets_a_clear_error_and_nothing_is_wri
             .await
             .unwrap()
             .unwrap();
+        if kind == Kind::Fair {
+            // A fair release tells only the first in line: put a live waiter there.
+            let far = (now_ms() + 600_000).to_string();
+            server.command(&["RPUSH", &queue_key(&name), "ghost:1"]);
+            let deadlines = format!("redisson_lock_timeout:{{{name}}}");
+            server.command(&["ZADD", &deadlines, &far, "ghost:1"]);
+        }
         let before = server.command(&["HGETALL", &name]);
         match held.unlock().await {
             Err(e @ Error::Redis(_)) => assert!(e.to_string().contains("NOPERM"), "{kind:?}: {e}"),
@@ -1042,10 +1049,15 @@ async fn a_user_refused_evalsha_or_publish_gets_a_clear_error_and_nothing_is_wri
         assert_eq!(server.command(&["HGETALL", &name]), before, "{kind:?}");
         assert!(pttl(&server, &name) > 0, "{kind:?}");
     }
-    // A spin lock's release tells nobody: it works.
+    assert_eq!(queued(&server, "unannounced-Fair"), ["ghost:1"]);
+    // A spin lock's release tells nobody, nor does a fair release with nobody in line: they
+    // work.
     let spin = acquire(&silent, &silent.new_owner(), Kind::Spin, "quiet", None).await;
     spin.unwrap().unwrap().unlock().await.unwrap();
     assert_eq!(server.command(&["EXISTS", "quiet"]), "0");
+    let fair = acquire(&silent, &silent.new_owner(), Kind::Fair, "alone", None).await;
+    fair.unwrap().unwrap().unlock().await.unwrap();
+    assert_eq!(server.command(&["EXISTS", "alone"]), "0");
 
     // The same when only SPUBLISH is refused and the client tells waiters by it, alone or
     // beside PUBLISH.

@@ -304,3 +304,47 @@ async fn the_unlock_latch_makes_a_resent_write_release_idempotent() {
     assert_eq!(run("stranger:1", "3"), "(nil)");
     assert_eq!(server.command(&["HGET", name, "me:1:write"]), "1");
 }
+
+#[tokio::test]
+async fn the_unlock_latch_makes_a_resent_fair_release_idempotent() {
+    let server = RedisServer::start();
+    let release = &lua("fair_release");
+    let (name, latch) = ("in-line", "redisson_unlock_latch:{in-line}:l1");
+    let run = |owner: &str, request: &str| {
+        let now = now_ms().to_string();
+        let args = [
+            name,
+            "redisson_lock_queue:{in-line}",
+            "redisson_lock_timeout:{in-line}",
+            "redisson_lock__channel:{in-line}",
+            latch,
+            "0",
+            "30000",
+            owner,
+            &now,
+            "PUBLISH",
+            "10000",
+            request,
+        ];
+        server.command(&[&["EVAL", release.as_str(), "5"][..], &args].concat())
+    };
+    server.command(&["HSET", name, "me:1", "2"]);
+    assert_eq!(run("me:1", "1"), "0");
+    assert_eq!(run("me:1", "1"), "0", "replayed");
+    assert_eq!(
+        server.command(&["HGET", name, "me:1"]),
+        "1",
+        "released once"
+    );
+    assert_eq!(run("me:1", "2"), "1");
+    assert_eq!(server.command(&["EXISTS", name]), "0");
+    // A late first send after the owner took the lock again replays; the new hold stays.
+    server.command(&["HSET", name, "me:1", "1"]);
+    assert_eq!(run("me:1", "2"), "1", "replayed");
+    assert_eq!(server.command(&["HGET", name, "me:1"]), "1");
+    // Not the owner: nil, recorded as such.
+    assert_eq!(run("stranger:1", "3"), "(nil)");
+    assert_eq!(server.command(&["GET", latch]), "3:none");
+    assert_eq!(run("stranger:1", "3"), "(nil)");
+    assert_eq!(server.command(&["HGET", name, "me:1"]), "1");
+}
