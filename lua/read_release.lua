@@ -65,11 +65,8 @@ local request = ARGV[5]
 -- the lock stays held (with the hash's new expiry instant when its TTL must move), or 1 when
 -- it is free after it (no other field but the mode, or in read mode only dead readers).
 local function outcome_of(mode, held)
-    local others = redis.call('hlen', key) - 1 -- the fields besides the mode
-    if tonumber(held) <= 1 then
-        others = others - 1
-    end
-    if others <= 0 then
+    -- Fields besides the mode and, when this was its last hold, this owner's.
+    if tonumber(held) <= 1 and redis.call('hlen', key) <= 2 then
         return 1
     end
     local released_ttl = redis.call('pttl', timeout_prefix .. ':' .. held)
@@ -114,8 +111,8 @@ end
 -- read in one command, and a release that frees the lock (or finds no lock) tells the
 -- waiters first, so that a publish the server refuses leaves everything as it was. (A send
 -- that only replays tells them again: they look, and find the lock as it is.)
-local mode = redis.call('hget', key, 'mode')
-local held = mode and redis.call('hget', key, owner)
+local found = redis.call('hmget', key, 'mode', owner)
+local mode, held = found[1], found[2]
 local outcome, expiry = nil, nil
 if not mode then
     notify_before_writing(publish, channel, message)
