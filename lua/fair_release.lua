@@ -38,17 +38,16 @@ local outcome = nil
 if count then
     outcome = count > 1 and 0 or 1
 end
-if not exists or outcome == 1 then
-    local head = live_head(queue, deadlines, now)
-    if head then
-        notify_before_writing(publish, channel_base .. ':' .. head, message)
-    end
+-- The head the stale-head purge leaves, found before anything is written.
+local head, stale = live_head(queue, deadlines, now)
+if head and (not exists or outcome == 1) then
+    notify_before_writing(publish, channel_base .. ':' .. head, message)
 end
 local replayed, reply = latch_claim(latch, latch_ttl, request, outcome)
 if replayed then
     return reply
 end
-purge_stale_heads(queue, deadlines, now)
+drop_heads(queue, deadlines, stale)
 if outcome == 0 then
     drop_hold(key, owner, lease)
 elseif outcome == 1 then

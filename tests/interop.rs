@@ -199,65 +199,63 @@ async fn the_unlock_latch_makes_a_resent_release_idempotent() {
     assert_eq!(server.command(&["HGET", "latched", "me:1"]), "1");
 }
 
+/// The replay contract every release script keeps with its unlock latch `latch`, beside the
+/// plain one's above: `take(owner)` takes a hold, `count(owner)` reads the owner's count,
+/// `freed()` tells whether the lock is gone, and `run(owner, request)` is one send of a release.
+fn assert_release_replays(
+    server: &RedisServer,
+    latch: &str,
+    take: impl Fn(&str),
+    count: impl Fn(&str) -> String,
+    freed: impl Fn() -> bool,
+    run: impl Fn(&str, &str) -> String,
+) {
+    take("me:1");
+    take("me:1");
+    assert_eq!(run("me:1", "1"), "0");
+    assert_eq!(run("me:1", "1"), "0", "replayed");
+    assert_eq!(count("me:1"), "1", "released once");
+    assert_eq!(server.command(&["GET", latch]), "1:0");
+    assert_eq!(run("me:1", "2"), "1");
+    assert!(freed());
+    // A first send delayed on a dead connection, arriving after its resend freed the lock
+    // and the owner took it again: it replays, and the new hold stays.
+    take("me:1");
+    assert_eq!(run("me:1", "2"), "1", "replayed");
+    assert_eq!(count("me:1"), "1");
+    // Not a holder: nil, recorded as such, so that a resend gives nil too.
+    assert_eq!(run("stranger:1", "3"), "(nil)");
+    assert_eq!(server.command(&["GET", latch]), "3:none");
+    assert_eq!(run("stranger:1", "3"), "(nil)");
+    assert_eq!(count("me:1"), "1");
+}
+
 #[tokio::test]
 async fn the_unlock_latch_makes_a_resent_read_release_idempotent() {
-    // As above, for the read release, which decides its outcome from the readers' keys
-    // before it writes anything.
+    // The read release decides its outcome from the readers' keys before it writes.
     let server = RedisServer::start();
     let (acquire, release) = (&lua("read_acquire"), &lua("read_release"));
     let name = "shared";
     let prefix = |owner: &str| format!("{{{name}}}:{owner}:rwlock_timeout");
-    let latch = "redisson_unlock_latch:{shared}:l1";
+    let exists = |key: &str| server.command(&["EXISTS", key]) == "1";
     let take = |owner: &str| {
         let write_owner = format!("{owner}:write");
         let args = ["2", name, &prefix(owner), "30000", owner, &write_owner];
         server.command(&[&["EVAL", acquire.as_str()][..], &args].concat());
     };
+    let latch = "redisson_unlock_latch:{shared}:l1";
     let run = |owner: &str, request: &str| {
-        let args = [
-            "5",
-            name,
-            "redisson_rwlock:{shared}",
-            &prefix(owner),
-            "{shared}",
-            latch,
-            "0",
-            owner,
-            "PUBLISH",
-            "10000",
-            request,
-        ];
-        server.command(&[&["EVAL", release.as_str()][..], &args].concat())
+        let channel = "redisson_rwlock:{shared}";
+        let keys = [name, channel, &prefix(owner), "{shared}", latch];
+        let args = ["0", owner, "PUBLISH", "10000", request];
+        server.command(&[&["EVAL", release.as_str(), "5"][..], &keys, &args].concat())
     };
-    let exists = |key: &str| server.command(&["EXISTS", key]);
-    take("me:1");
-    take("me:1");
-    assert_eq!(run("me:1", "1"), "0");
-    assert_eq!(run("me:1", "1"), "0", "replayed");
-    assert_eq!(
-        server.command(&["HGET", name, "me:1"]),
-        "1",
-        "released once"
-    );
-    assert_eq!(exists(&format!("{}:2", prefix("me:1"))), "0");
-    assert_eq!(exists(&format!("{}:1", prefix("me:1"))), "1");
-    assert_eq!(server.command(&["GET", latch]), "1:0");
-
-    assert_eq!(run("me:1", "2"), "1");
-    assert_eq!(exists(name), "0");
-    assert_eq!(exists(&format!("{}:1", prefix("me:1"))), "0");
-    // A first send delayed on a dead connection, arriving after its resend freed the lock
-    // and the owner read-locked again: it replays, and the new hold stays.
-    take("me:1");
-    assert_eq!(run("me:1", "2"), "1", "replayed");
-    assert_eq!(server.command(&["HGET", name, "me:1"]), "1");
-    assert_eq!(exists(&format!("{}:1", prefix("me:1"))), "1");
-
-    // Not a reader: nil, recorded as such, so that a resend gives nil too.
-    assert_eq!(run("stranger:1", "3"), "(nil)");
-    assert_eq!(server.command(&["GET", latch]), "3:none");
-    assert_eq!(run("stranger:1", "3"), "(nil)");
-    assert_eq!(server.command(&["HGET", name, "me:1"]), "1");
+    let count = |owner: &str| server.command(&["HGET", name, owner]);
+    let freed = || !exists(name) && !exists(&format!("{}:1", prefix("me:1")));
+    assert_release_replays(&server, latch, take, count, freed, run);
+    // The owner's one hold keeps its own timeout key, and only that one.
+    assert!(exists(&format!("{}:1", prefix("me:1"))));
+    assert!(!exists(&format!("{}:2", prefix("me:1"))));
 }
 
 #[tokio::test]
@@ -265,86 +263,44 @@ async fn the_unlock_latch_makes_a_resent_write_release_idempotent() {
     let server = RedisServer::start();
     let (acquire, release) = (&lua("write_acquire"), &lua("write_release"));
     let name = "exclusive";
-    let latch = "redisson_unlock_latch:{exclusive}:l1";
     let take = |owner: &str| {
         let write_owner = format!("{owner}:write");
         server.command(&["EVAL", acquire, "1", name, "30000", &write_owner, owner]);
     };
+    let latch = "redisson_unlock_latch:{exclusive}:l1";
     let run = |owner: &str, request: &str| {
         let write_owner = format!("{owner}:write");
-        let channel = "redisson_rwlock:{exclusive}";
-        let args = [name, channel, latch, "1", "30000", &write_owner, "PUBLISH"];
-        server.command(
-            &[
-                &["EVAL", release.as_str(), "3"][..],
-                &args,
-                &["10000", request],
-            ]
-            .concat(),
-        )
+        let keys = [name, "redisson_rwlock:{exclusive}", latch];
+        let args = ["1", "30000", &write_owner, "PUBLISH", "10000", request];
+        server.command(&[&["EVAL", release.as_str(), "3"][..], &keys, &args].concat())
     };
-    take("me:1");
-    take("me:1");
-    assert_eq!(run("me:1", "1"), "0");
-    assert_eq!(run("me:1", "1"), "0", "replayed");
-    assert_eq!(
-        server.command(&["HGET", name, "me:1:write"]),
-        "1",
-        "released once"
-    );
-    assert_eq!(run("me:1", "2"), "1");
-    assert_eq!(server.command(&["EXISTS", name]), "0");
-    // A late first send after the owner took the lock again replays; the new hold stays.
-    take("me:1");
-    assert_eq!(run("me:1", "2"), "1", "replayed");
-    assert_eq!(server.command(&["HGET", name, "me:1:write"]), "1");
-    // Not the writer: nil, recorded as such.
-    assert_eq!(run("stranger:1", "3"), "(nil)");
-    assert_eq!(server.command(&["GET", latch]), "3:none");
-    assert_eq!(run("stranger:1", "3"), "(nil)");
-    assert_eq!(server.command(&["HGET", name, "me:1:write"]), "1");
+    let count = |owner: &str| server.command(&["HGET", name, &format!("{owner}:write")]);
+    let freed = || server.command(&["EXISTS", name]) == "0";
+    assert_release_replays(&server, latch, take, count, freed, run);
 }
 
 #[tokio::test]
 async fn the_unlock_latch_makes_a_resent_fair_release_idempotent() {
     let server = RedisServer::start();
     let release = &lua("fair_release");
-    let (name, latch) = ("in-line", "redisson_unlock_latch:{in-line}:l1");
+    let name = "in-line";
+    let take = |owner: &str| {
+        server.command(&["HINCRBY", name, owner, "1"]);
+    };
+    let latch = "redisson_unlock_latch:{in-line}:l1";
     let run = |owner: &str, request: &str| {
         let now = now_ms().to_string();
-        let args = [
+        let keys = [
             name,
             "redisson_lock_queue:{in-line}",
             "redisson_lock_timeout:{in-line}",
             "redisson_lock__channel:{in-line}",
             latch,
-            "0",
-            "30000",
-            owner,
-            &now,
-            "PUBLISH",
-            "10000",
-            request,
         ];
-        server.command(&[&["EVAL", release.as_str(), "5"][..], &args].concat())
+        let args = ["0", "30000", owner, &now, "PUBLISH", "10000", request];
+        server.command(&[&["EVAL", release.as_str(), "5"][..], &keys, &args].concat())
     };
-    server.command(&["HSET", name, "me:1", "2"]);
-    assert_eq!(run("me:1", "1"), "0");
-    assert_eq!(run("me:1", "1"), "0", "replayed");
-    assert_eq!(
-        server.command(&["HGET", name, "me:1"]),
-        "1",
-        "released once"
-    );
-    assert_eq!(run("me:1", "2"), "1");
-    assert_eq!(server.command(&["EXISTS", name]), "0");
-    // A late first send after the owner took the lock again replays; the new hold stays.
-    server.command(&["HSET", name, "me:1", "1"]);
-    assert_eq!(run("me:1", "2"), "1", "replayed");
-    assert_eq!(server.command(&["HGET", name, "me:1"]), "1");
-    // Not the owner: nil, recorded as such.
-    assert_eq!(run("stranger:1", "3"), "(nil)");
-    assert_eq!(server.command(&["GET", latch]), "3:none");
-    assert_eq!(run("stranger:1", "3"), "(nil)");
-    assert_eq!(server.command(&["HGET", name, "me:1"]), "1");
+    let count = |owner: &str| server.command(&["HGET", name, owner]);
+    let freed = || server.command(&["EXISTS", name]) == "0";
+    assert_release_replays(&server, latch, take, count, freed, run);
 }

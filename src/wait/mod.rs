@@ -168,18 +168,14 @@ where
         if let Some(ticket) = &ticket {
             ticket.start_attempt();
         }
-        let ttl = match attempt().await {
-            Ok(Attempt::Acquired(hold)) => {
-                if let Some(ticket) = &ticket {
-                    ticket.attempt_done();
-                }
-                return Ok(Some(hold));
-            }
+        let attempted = attempt().await;
+        if let (Ok(_), Some(ticket)) = (&attempted, &ticket) {
+            // The lock was looked at after every wake-up taken so far.
+            ticket.attempt_done();
+        }
+        let ttl = match attempted {
+            Ok(Attempt::Acquired(hold)) => return Ok(Some(hold)),
             Ok(Attempt::Busy { ttl }) => {
-                // The lock was looked at after every wake-up taken so far.
-                if let Some(ticket) = &ticket {
-                    ticket.attempt_done();
-                }
                 if last {
                     return Ok(None);
                 }
