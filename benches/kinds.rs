@@ -32,6 +32,7 @@
 mod common;
 
 use std::cell::Cell;
+use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -435,22 +436,22 @@ async fn ours_read_parallel(readers: &[(ReadWriteLock, LockOwner)], iters: u64) 
     .await
 }
 
-fn read_throughput(c: &mut Criterion, rt: &Runtime, ours: &LockClient, bare: &Bare) {
-    let mut group = c.benchmark_group("read_throughput");
-    group.throughput(Throughput::Elements(1));
-    group.sampling_mode(SamplingMode::Flat);
-    group.sample_size(20);
-    group.warm_up_time(Duration::from_secs(1));
-    group.measurement_time(Duration::from_secs(4));
+/// Runs `work` for 40 rounds, for a profiler attached to this process.
+fn profile_rounds<F: Future<Output = Duration>>(rt: &Runtime, work: impl Fn() -> F) {
+    for _ in 0..40 {
+        rt.block_on(work());
+    }
+}
+
+fn read_throughput(
+    c: &mut Criterion,
+    rt: &Runtime,
+    server: &RedisServer,
+    ours: &LockClient,
+    bare: &Bare,
+) {
     let rw = ours.read_write_lock("bench:rw").unwrap();
     let readers: Vec<_> = (0..TASKS).map(|_| (rw.clone(), ours.new_owner())).collect();
-    let measured = Cell::new(false); // false in test mode (one iteration) or when filtered out
-    group.bench_function("redisson_lock_read_one_name", |b| {
-        b.to_async(rt).iter_custom(|iters| {
-            measured.set(measured.get() || iters > 1);
-            ours_read_parallel(&readers, iters)
-        })
-    });
     let plain: Vec<_> = (0..TASKS)
         .map(|i| {
             (
@@ -459,6 +460,26 @@ fn read_throughput(c: &mut Criterion, rt: &Runtime, ours: &LockClient, bare: &Ba
             )
         })
         .collect();
+    // For profiling one side (`perf record -p <pid>`): `PROFILE_SIDE=read` or `plain` runs
+    // only that side's 64 tasks, 40 rounds of 6,400, and nothing else of this group.
+    match std::env::var("PROFILE_SIDE").as_deref() {
+        Ok("read") => return profile_rounds(rt, || ours_read_parallel(&readers, 6_400)),
+        Ok("plain") => return profile_rounds(rt, || ours_parallel(&plain, 6_400)),
+        _ => {}
+    }
+    let mut group = c.benchmark_group("read_throughput");
+    group.throughput(Throughput::Elements(1));
+    group.sampling_mode(SamplingMode::Flat);
+    group.sample_size(20);
+    group.warm_up_time(Duration::from_secs(1));
+    group.measurement_time(Duration::from_secs(4));
+    let measured = Cell::new(false); // false in test mode (one iteration) or when filtered out
+    group.bench_function("redisson_lock_read_one_name", |b| {
+        b.to_async(rt).iter_custom(|iters| {
+            measured.set(measured.get() || iters > 1);
+            ours_read_parallel(&readers, iters)
+        })
+    });
     group.bench_function("redisson_lock_plain_own_locks", |b| {
         b.to_async(rt)
             .iter_custom(|iters| ours_parallel(&plain, iters))
@@ -487,6 +508,32 @@ fn read_throughput(c: &mut Criterion, rt: &Runtime, ours: &LockClient, bare: &Ba
                 }),
                 side("bare_evalsha_own_locks", |n| bare_parallel(bare, &locks, n)),
             ],
+        );
+        // Where the difference goes: each side's CPU per operation, in alternating rounds.
+        let (mut read, mut own) = (Vec::new(), Vec::new());
+        for _ in 0..10 {
+            read.push(cost_of(
+                rt,
+                server,
+                6_400,
+                ours_read_parallel(&readers, 6_400),
+            ));
+            own.push(cost_of(rt, server, 6_400, ours_parallel(&plain, 6_400)));
+        }
+        let (read, own) = (median_cost(&read), median_cost(&own));
+        let ratio = |a: Duration, b: Duration| a.as_secs_f64() / b.as_secs_f64();
+        println!(
+            "read_throughput CPU per lock + unlock (10 alternating rounds of 6400, medians): \
+             read {:.2} µs client, {:.2} µs Redis, {:.1} allocations; plain {:.2} µs client, \
+             {:.2} µs Redis, {:.1} allocations; read / plain: client {:.2}, Redis {:.2}",
+            micros(read.client_cpu),
+            micros(read.redis_cpu),
+            read.allocations,
+            micros(own.client_cpu),
+            micros(own.redis_cpu),
+            own.allocations,
+            ratio(read.client_cpu, own.client_cpu),
+            ratio(read.redis_cpu, own.redis_cpu),
         );
     }
 }
@@ -842,7 +889,7 @@ fn main() {
     });
     fair_handoff(&rt, (&a, &b), &bare, &args);
     let mut c = Criterion::default().configure_from_args();
-    read_throughput(&mut c, &rt, &a, &bare);
+    read_throughput(&mut c, &rt, &server, &a, &bare);
     commands_per_acquisition(&rt, &server, (&a, &b), &bare, &args);
     multi_lock(&mut c, &rt, &args);
     replica_ack(&rt, &args);

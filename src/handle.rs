@@ -40,11 +40,25 @@ impl Handle {
     /// # Errors
     /// [`Error::InvalidArgument`] for an empty name.
     pub(crate) fn new(engine: Arc<Engine>, name: &str, kind: impl Protocol) -> Result<Handle> {
+        Handle::with_kind_of(engine, name, |_| kind)
+    }
+
+    /// As [`new`](Handle::new), for a kind made from the lock's keys (one that keeps names
+    /// derived from them, so that its calls need not build them again).
+    ///
+    /// # Errors
+    /// As [`new`](Handle::new).
+    pub(crate) fn with_kind_of<P: Protocol>(
+        engine: Arc<Engine>,
+        name: &str,
+        kind: impl FnOnce(&LockKeys) -> P,
+    ) -> Result<Handle> {
         if name.is_empty() {
             return Err(Error::invalid("a lock name must not be empty"));
         }
         let prefix = &engine.settings.name_prefix;
         let keys = LockKeys::new(&format!("{prefix}{name}"));
+        let kind = kind(&keys);
         let wait = kind.default_wait();
         Ok(Handle {
             lock: Arc::new(Target {

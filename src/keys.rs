@@ -21,12 +21,6 @@ pub(crate) fn prefix_name(prefix: &str, name: &str) -> String {
     joined(&[prefix, ":", open, name, close])
 }
 
-/// Redisson's `suffixName`: `name:suffix` when the name has a `{`, else `{name}:suffix`.
-pub(crate) fn suffix_name(name: &str, suffix: &str) -> String {
-    let (open, close) = braces(name);
-    joined(&[open, name, close, ":", suffix])
-}
-
 /// The braces that make `name` a cluster hash tag, unless it has one.
 fn braces(name: &str) -> (&'static str, &'static str) {
     if name.contains('{') {
@@ -96,25 +90,24 @@ impl LockKeys {
         prefix_name("redisson_rwlock", &self.raw)
     }
 
-    /// `{raw}:<owner field>:rwlock_timeout`: prefix of one reader's per-hold timeout keys.
-    pub(crate) fn read_timeout_prefix(&self, owner_field: &str) -> String {
-        suffix_name(&self.raw, &format!("{owner_field}:rwlock_timeout"))
-    }
-
-    /// The part of every reader's timeout prefix before `:<owner field>`: `{raw}`, or the
-    /// raw name itself when it already carries a `{`.
+    /// The part of every reader's timeout prefix before `:<owner field>` (Redisson's
+    /// `suffixName` without its suffix): `{raw}`, or the raw name itself when it already
+    /// carries a `{`.
     pub(crate) fn read_key_prefix(&self) -> String {
-        if self.raw.contains('{') {
-            self.raw.to_string()
-        } else {
-            format!("{{{}}}", self.raw)
-        }
+        let (open, close) = braces(&self.raw);
+        joined(&[open, &self.raw, close])
     }
+}
+
+/// `{raw}:<owner field>:rwlock_timeout`: the prefix of one reader's per-hold timeout keys,
+/// from the lock's [`read_key_prefix`](LockKeys::read_key_prefix).
+pub(crate) fn read_timeout_prefix(read_key_prefix: &str, owner_field: &str) -> String {
+    joined(&[read_key_prefix, ":", owner_field, ":rwlock_timeout"])
 }
 
 /// The write side's hash field: `<owner field>:write`.
 pub(crate) fn write_field(owner_field: &str) -> String {
-    format!("{owner_field}:write")
+    joined(&[owner_field, ":write"])
 }
 
 #[cfg(test)]
@@ -139,7 +132,7 @@ mod tests {
         assert_eq!(k.fence_token(), "redisson_lock_token:{orders}");
         assert_eq!(k.rw_channel(), "redisson_rwlock:{orders}");
         assert_eq!(
-            format!("{}:1", k.read_timeout_prefix("U:57")),
+            format!("{}:1", read_timeout_prefix(&k.read_key_prefix(), "U:57")),
             "{orders}:U:57:rwlock_timeout:1"
         );
         assert_eq!(k.read_key_prefix(), "{orders}");
@@ -161,7 +154,7 @@ mod tests {
         assert_eq!(k.fence_token(), "redisson_lock_token:{user:7}:cart");
         assert_eq!(k.rw_channel(), "redisson_rwlock:{user:7}:cart");
         assert_eq!(
-            format!("{}:1", k.read_timeout_prefix("U:57")),
+            format!("{}:1", read_timeout_prefix(&k.read_key_prefix(), "U:57")),
             "{user:7}:cart:U:57:rwlock_timeout:1"
         );
         assert_eq!(k.read_key_prefix(), "{user:7}:cart");
@@ -178,7 +171,7 @@ mod tests {
         // Redisson tests for `{` alone, whether or not the tag is well formed.
         assert_eq!(prefix_name("p", "a{b"), "p:a{b");
         assert_eq!(prefix_name("p", "a}b"), "p:{a}b}");
-        assert_eq!(suffix_name("a}b", "s"), "{a}b}:s");
-        assert_eq!(suffix_name("x{y}", "s"), "x{y}:s");
+        assert_eq!(LockKeys::new("a}b").read_key_prefix(), "{a}b}");
+        assert_eq!(LockKeys::new("x{y}").read_key_prefix(), "x{y}");
     }
 }

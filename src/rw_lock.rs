@@ -23,8 +23,8 @@ use crate::keys::{self, LockKeys, MODE_FIELD, READ_UNLOCK_MESSAGE, UNLOCK_MESSAG
 use crate::owner::LockOwner;
 use crate::protocol::{read_reply, Protocol, Target};
 use crate::script::{
-    BoxFuture, Call, Script, READ_ACQUIRE, READ_FORCE_RELEASE, READ_LOCKED, READ_RELEASE,
-    WRITE_ACQUIRE, WRITE_FORCE_RELEASE, WRITE_RELEASE,
+    static_arg, BoxFuture, Call, Script, READ_ACQUIRE, READ_FORCE_RELEASE, READ_LOCKED,
+    READ_RELEASE, WRITE_ACQUIRE, WRITE_FORCE_RELEASE, WRITE_RELEASE,
 };
 use crate::wait::Wait;
 use crate::watchdog::Renew;
@@ -75,8 +75,8 @@ pub struct ReadWriteLock {
 impl ReadWriteLock {
     pub(crate) fn new(engine: Arc<Engine>, name: &str) -> Result<ReadWriteLock> {
         Ok(ReadWriteLock {
-            read: Handle::new(engine.clone(), name, Read)?,
-            write: Handle::new(engine, name, Write)?,
+            read: Handle::with_kind_of(engine.clone(), name, |keys| Read(RwNames::of(keys)))?,
+            write: Handle::with_kind_of(engine, name, |keys| Write(RwNames::of(keys)))?,
         })
     }
 
@@ -466,50 +466,85 @@ side_guard!(
 /// `lua/write_acquire.lua`); no PTTL is ever negative beyond -2.
 const UPGRADE_REFUSED: i64 = -3;
 
+/// The names both sides use in every call, made once per handle.
+struct RwNames {
+    /// `redisson_rwlock:{raw}`.
+    channel: Str,
+    /// `{raw}` (see [`LockKeys::read_key_prefix`]), as a script argument...
+    read_key_prefix: Str,
+    /// ... and as the watchdog keeps it with each read hold.
+    renewed_key_prefix: Arc<str>,
+}
+
+impl RwNames {
+    fn of(keys: &LockKeys) -> RwNames {
+        let read_key_prefix = keys.read_key_prefix();
+        RwNames {
+            channel: keys.rw_channel().into(),
+            renewed_key_prefix: read_key_prefix.as_str().into(),
+            read_key_prefix: read_key_prefix.into(),
+        }
+    }
+
+    /// `owner`'s read timeout prefix, as a script argument.
+    fn read_timeout_prefix(&self, owner: &LockOwner) -> Value {
+        text_arg(keys::read_timeout_prefix(
+            &self.read_key_prefix,
+            owner.field(),
+        ))
+    }
+}
+
+/// A text made for one call, as a script argument (moved, not copied).
+fn text_arg(text: String) -> Value {
+    Value::String(text.into())
+}
+
 /// The read side's protocol (§5.2, §5.3, §5.6).
-struct Read;
+struct Read(RwNames);
 
 impl Protocol for Read {
     fn kind(&self) -> &'static str {
         "read_lock"
     }
 
-    fn renew(&self, keys: &LockKeys) -> Renew {
+    fn renew(&self, _keys: &LockKeys) -> Renew {
         Renew::Reader {
-            key_prefix: keys.read_key_prefix().into(),
+            key_prefix: self.0.renewed_key_prefix.clone(),
         }
     }
 
-    fn channel(&self, keys: &LockKeys, _owner: &LockOwner) -> Str {
-        keys.rw_channel().into()
+    fn channel(&self, _keys: &LockKeys, _owner: &LockOwner) -> Str {
+        self.0.channel.clone()
     }
 
     fn acquire(&self, lock: &Target, owner: &LockOwner, lease_ms: i64, _wait: Wait) -> Call {
-        let keys = &lock.keys;
-        Call::new(
+        Call::of(
             &READ_ACQUIRE,
-            &[&keys.raw, &keys.read_timeout_prefix(owner.field())],
-            vec![
+            [
+                Value::String(lock.keys.raw.clone()),
+                self.0.read_timeout_prefix(owner),
+            ],
+            [
                 Value::from(lease_ms),
                 owner.field_arg(),
-                Value::from(keys::write_field(owner.field())),
+                text_arg(keys::write_field(owner.field())),
             ],
         )
     }
 
     /// A read release ignores the lease: the TTL shrinks to the longest live reader's.
     fn release(&self, lock: &Target, owner: &LockOwner, _lease_ms: i64) -> Call {
-        let keys = &lock.keys;
-        Call::new(
+        Call::of(
             &READ_RELEASE,
-            &[
-                &keys.raw,
-                &keys.rw_channel(),
-                &keys.read_timeout_prefix(owner.field()),
-                &keys.read_key_prefix(),
+            [
+                Value::String(lock.keys.raw.clone()),
+                Value::String(self.0.channel.clone()),
+                self.0.read_timeout_prefix(owner),
+                Value::String(self.0.read_key_prefix.clone()),
             ],
-            vec![
-                Value::from(UNLOCK_MESSAGE),
+            [
+                static_arg(UNLOCK_MESSAGE),
                 owner.field_arg(),
                 lock.publish(),
             ],
@@ -517,16 +552,19 @@ impl Protocol for Read {
     }
 
     fn force_release(&self, lock: &Target) -> Call {
-        Call::new(
+        Call::of(
             &READ_FORCE_RELEASE,
-            &[&lock.keys.raw, &lock.keys.rw_channel()],
-            vec![Value::from(UNLOCK_MESSAGE), lock.publish()],
+            [
+                Value::String(lock.keys.raw.clone()),
+                Value::String(self.0.channel.clone()),
+            ],
+            [static_arg(UNLOCK_MESSAGE), lock.publish()],
         )
     }
 
     /// Read mode, or write mode where the writer also holds read holds (§5.7).
     fn is_locked(&self, lock: &Target) -> BoxFuture<Result<bool>> {
-        let call = Call::new(&READ_LOCKED, &[&lock.keys.raw], Vec::new());
+        let call = Call::of(&READ_LOCKED, [Value::String(lock.keys.raw.clone())], []);
         let (engine, name) = (lock.engine.clone(), lock.name.clone());
         Box::pin(async move {
             let reply = engine.run(call, &name).await?;
@@ -536,7 +574,7 @@ impl Protocol for Read {
 }
 
 /// The write side's protocol (§5.4, §5.5), which refuses an upgrade.
-struct Write;
+struct Write(RwNames);
 
 impl Protocol for Write {
     fn kind(&self) -> &'static str {
@@ -547,18 +585,18 @@ impl Protocol for Write {
         keys::write_field(owner.field()).into()
     }
 
-    fn channel(&self, keys: &LockKeys, _owner: &LockOwner) -> Str {
-        keys.rw_channel().into()
+    fn channel(&self, _keys: &LockKeys, _owner: &LockOwner) -> Str {
+        self.0.channel.clone()
     }
 
     /// The read field lets the script refuse an upgrade (`UPGRADE_REFUSED`).
     fn acquire(&self, lock: &Target, owner: &LockOwner, lease_ms: i64, _wait: Wait) -> Call {
-        Call::new(
+        Call::of(
             &WRITE_ACQUIRE,
-            &[&lock.keys.raw],
-            vec![
+            [Value::String(lock.keys.raw.clone())],
+            [
                 Value::from(lease_ms),
-                Value::from(&*self.field(owner)),
+                Value::String(self.field(owner)),
                 owner.field_arg(),
             ],
         )
@@ -585,23 +623,29 @@ impl Protocol for Write {
     }
 
     fn release(&self, lock: &Target, owner: &LockOwner, lease_ms: i64) -> Call {
-        Call::new(
+        Call::of(
             &WRITE_RELEASE,
-            &[&lock.keys.raw, &lock.keys.rw_channel()],
-            vec![
-                Value::from(READ_UNLOCK_MESSAGE),
+            [
+                Value::String(lock.keys.raw.clone()),
+                Value::String(self.0.channel.clone()),
+            ],
+            [
+                static_arg(READ_UNLOCK_MESSAGE),
                 Value::from(lease_ms),
-                Value::from(&*self.field(owner)),
+                Value::String(self.field(owner)),
                 lock.publish(),
             ],
         )
     }
 
     fn force_release(&self, lock: &Target) -> Call {
-        Call::new(
+        Call::of(
             &WRITE_FORCE_RELEASE,
-            &[&lock.keys.raw, &lock.keys.rw_channel()],
-            vec![Value::from(READ_UNLOCK_MESSAGE), lock.publish()],
+            [
+                Value::String(lock.keys.raw.clone()),
+                Value::String(self.0.channel.clone()),
+            ],
+            [static_arg(READ_UNLOCK_MESSAGE), lock.publish()],
         )
     }
 
