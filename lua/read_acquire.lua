@@ -13,7 +13,8 @@
 -- A read hold is granted when the lock is free, in read mode (readers never queue behind
 -- waiting writers), or in write mode held by this same owner (downgrade; mode stays write).
 -- The hash TTL becomes the larger of its current TTL and the lease, never shorter; when it
--- is raised, it ends at the same instant as the new hold's timeout key.
+-- is raised, it ends at the same instant as the new hold's timeout key (otherwise the key
+-- gets the lease, and the hash never ends after it).
 --
 -- Deliberate difference from Java: a hash under the name without a mode field is not a
 -- read-write lock (another kind's hold, or foreign data). Java takes it and writes into it;
@@ -36,12 +37,18 @@ if not mode then
     return {1, 1}
 end
 if mode == 'read' or (mode == 'write' and redis.call('hexists', key, write_owner) == 1) then
-    local expiry = instant_after(now_ms(), lease)
     local n = redis.call('hincrby', key, owner, '1')
+    local timeout_key = timeout_prefix .. ':' .. n
     if redis.call('pttl', key) < tonumber(lease) then
+        local expiry = instant_after(now_ms(), lease)
         redis.call('pexpireat', key, expiry)
+        redis.call('set', timeout_key, 1, 'pxat', expiry)
+    else
+        -- The hash already lives the lease, which the clock can only have made shorter
+        -- since: this key ends with it or after it, so the hash still ends no later than
+        -- its latest reader's key, and no clock reading is needed.
+        redis.call('set', timeout_key, 1, 'px', lease)
     end
-    redis.call('set', timeout_prefix .. ':' .. n, 1, 'pxat', expiry)
     return {1, n}
 end
 return {0, redis.call('pttl', key)}

@@ -695,6 +695,16 @@ async fn ttl_reads(
     (after.0 - before.0, after.1 - before.1)
 }
 
+/// How often the server's clock was read (`TIME`) while `acquire` ran, and its guard.
+async fn clock_reads<T>(
+    server: &RedisServer,
+    acquire: impl Future<Output = redisson_lock::Result<T>>,
+) -> (u64, T) {
+    let before = command_calls(server, "time");
+    let guard = acquire.await.unwrap();
+    (command_calls(server, "time") - before, guard)
+}
+
 /// The lock's expiry as a Unix time in ms: unchanged exactly when nothing set its TTL.
 fn expiry(server: &RedisServer, name: &str) -> String {
     server.command(&["PEXPIRETIME", name])
@@ -737,6 +747,37 @@ async fn a_read_release_reads_every_readers_key_only_when_its_hold_expires_last(
     assert_eq!(server.command(&["KEYS", "*rwlock_timeout*"]), "");
     assert_eq!(messages.next().await, (channel(name), "0".to_owned()));
     messages.quit().await;
+}
+
+/// A joining reader whose lease the hash already outlives only sets its own key's TTL; one
+/// that raises the hash reads the server's clock once and ends the hash and its key at the
+/// same instant, as the first reader does. Either way the hash never ends after its latest
+/// reader's key.
+#[tokio::test]
+async fn a_joining_reader_reads_the_clock_only_to_raise_the_hash() {
+    let server = RedisServer::start();
+    let c = client(&server).await;
+    let name = "joining";
+    let lock = c.read_write_lock(name).unwrap();
+    let read = |owner, ms| lock.clone().with_lease(fixed(ms)).read(owner);
+    let (first, shorter, longer) = (c.new_owner(), c.new_owner(), c.new_owner());
+    let key = |owner: &LockOwner| timeout_key(name, &owner.to_string(), 1);
+    let (reads, _first) = clock_reads(&server, read(&first, 40_000)).await;
+    assert_eq!(reads, 1, "the first reader");
+    let at_first = expiry(&server, name);
+    assert_eq!(expiry(&server, &key(&first)), at_first);
+
+    let (reads, _shorter) = clock_reads(&server, read(&shorter, 20_000)).await;
+    assert_eq!(reads, 0, "a reader the hash outlives");
+    assert_eq!(expiry(&server, name), at_first, "the hash is untouched");
+    let ttl = pttl(&server, &key(&shorter));
+    assert!((1..=20_000).contains(&ttl), "its own lease: {ttl}");
+
+    let (reads, _longer) = clock_reads(&server, read(&longer, 60_000)).await;
+    assert_eq!(reads, 1, "a reader that raises the hash");
+    let raised = expiry(&server, name);
+    assert_eq!(expiry(&server, &key(&longer)), raised);
+    assert!(raised.parse::<u64>().unwrap() > at_first.parse::<u64>().unwrap());
 }
 
 /// A release whose hold expires with the hash looks at the remaining holds from the readers
