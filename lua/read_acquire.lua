@@ -1,11 +1,12 @@
 -- Read acquire (RReadWriteLock's read side). Redisson protocol §5.2.
 --
 -- KEYS[1]  lock hash <raw> (field mode = read|write, one count field per holder)
--- KEYS[2]  this reader's timeout prefix {<raw>}:<owner field>:rwlock_timeout; hold #n keeps
---          the string <prefix>:<n> = "1" with PX = that hold's lease
+-- KEYS[2]  key prefix every reader's timeout prefix starts with: {<raw>}, or <raw> when it
+--          has a '{'. This reader's timeout prefix is <key prefix>:<owner field>:rwlock_timeout
+--          (Java passes it as KEYS[2]); hold #n keeps the string <prefix>:<n> = "1" with PX =
+--          that hold's lease
 -- ARGV[1]  lease in ms (the fixed lease, or the watchdog timeout)
 -- ARGV[2]  owner field <client uuid>:<owner id>
--- ARGV[3]  the same owner's write field <client uuid>:<owner id>:write
 --
 -- Reply: {1, count} when the read hold was taken (count 1: the owner's first read hold) or
 --        re-entered (count > 1); otherwise {0, PTTL of the lock} (-1 when the key has no
@@ -20,8 +21,8 @@
 -- read-write lock (another kind's hold, or foreign data). Java takes it and writes into it;
 -- here it counts as held by someone else: the reply is {0, its PTTL}, and nothing is
 -- written.
-local key, timeout_prefix = KEYS[1], KEYS[2]
-local lease, owner, write_owner = valid_ms(ARGV[1]), ARGV[2], ARGV[3]
+local key, lease, owner = KEYS[1], valid_ms(ARGV[1]), ARGV[2]
+local timeout_prefix = KEYS[2] .. ':' .. owner .. ':rwlock_timeout'
 
 local mode = redis.call('hget', key, 'mode')
 if not mode then
@@ -36,7 +37,7 @@ if not mode then
     redis.call('pexpireat', key, expiry)
     return {1, 1}
 end
-if mode == 'read' or (mode == 'write' and redis.call('hexists', key, write_owner) == 1) then
+if mode == 'read' or (mode == 'write' and redis.call('hexists', key, owner .. ':write') == 1) then
     local n = redis.call('hincrby', key, owner, '1')
     local timeout_key = timeout_prefix .. ':' .. n
     if redis.call('pttl', key) < tonumber(lease) then

@@ -2,10 +2,10 @@
 --
 -- KEYS[1]  lock hash <raw>
 -- KEYS[2]  channel redisson_rwlock:{<raw>}
--- KEYS[3]  this reader's timeout prefix {<raw>}:<owner field>:rwlock_timeout
--- KEYS[4]  key prefix every reader's timeout prefix starts with: {<raw>}, or <raw> when it
---          has a '{'; reader <f>'s hold #i is <key prefix>:<f>:rwlock_timeout:<i>
--- KEYS[5]  unlock latch redisson_unlock_latch:{<raw>}:<id>
+-- KEYS[3]  key prefix every reader's timeout prefix starts with: {<raw>}, or <raw> when it
+--          has a '{'; reader <f>'s hold #i is <key prefix>:<f>:rwlock_timeout:<i> (Java
+--          passes this owner's timeout prefix as well, as KEYS[3])
+-- KEYS[4]  unlock latch redisson_unlock_latch:{<raw>}:<id>
 -- ARGV[1]  unlock message, always "0"
 -- ARGV[2]  owner field <client uuid>:<owner id>
 -- ARGV[3]  how to tell waiters: publish, spublish or both (see publish.lua)
@@ -57,9 +57,10 @@
 -- Deliberate difference from Java: when the lock has no mode at all (it expired or was
 -- force-unlocked) Java publishes, writes the latch "1" and replies nil, so a retry would
 -- replay 1; here the latch holds "none", which replays as nil. Other clients see the same.
-local key, channel, timeout_prefix, key_prefix, latch = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local key, channel, key_prefix, latch = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local message, owner, publish, latch_ttl = ARGV[1], ARGV[2], ARGV[3], valid_ms(ARGV[4])
 local request = ARGV[5]
+local timeout_prefix = key_prefix .. ':' .. owner .. ':rwlock_timeout'
 
 -- What releasing hold #`held` of `owner` leaves, read before anything is written: 0 while
 -- the lock stays held (with the hash's new expiry instant when its TTL must move), or 1 when

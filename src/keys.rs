@@ -99,12 +99,6 @@ impl LockKeys {
     }
 }
 
-/// `{raw}:<owner field>:rwlock_timeout`: the prefix of one reader's per-hold timeout keys,
-/// from the lock's [`read_key_prefix`](LockKeys::read_key_prefix).
-pub(crate) fn read_timeout_prefix(read_key_prefix: &str, owner_field: &str) -> String {
-    joined(&[read_key_prefix, ":", owner_field, ":rwlock_timeout"])
-}
-
 /// The write side's hash field: `<owner field>:write`.
 pub(crate) fn write_field(owner_field: &str) -> String {
     joined(&[owner_field, ":write"])
@@ -131,10 +125,6 @@ mod tests {
         assert_eq!(k.unlock_latch("R"), "redisson_unlock_latch:{orders}:R");
         assert_eq!(k.fence_token(), "redisson_lock_token:{orders}");
         assert_eq!(k.rw_channel(), "redisson_rwlock:{orders}");
-        assert_eq!(
-            format!("{}:1", read_timeout_prefix(&k.read_key_prefix(), "U:57")),
-            "{orders}:U:57:rwlock_timeout:1"
-        );
         assert_eq!(k.read_key_prefix(), "{orders}");
         assert_eq!(write_field("U:57"), "U:57:write");
     }
@@ -153,10 +143,6 @@ mod tests {
         assert_eq!(k.unlock_latch("R"), "redisson_unlock_latch:{user:7}:cart:R");
         assert_eq!(k.fence_token(), "redisson_lock_token:{user:7}:cart");
         assert_eq!(k.rw_channel(), "redisson_rwlock:{user:7}:cart");
-        assert_eq!(
-            format!("{}:1", read_timeout_prefix(&k.read_key_prefix(), "U:57")),
-            "{user:7}:cart:U:57:rwlock_timeout:1"
-        );
         assert_eq!(k.read_key_prefix(), "{user:7}:cart");
     }
 

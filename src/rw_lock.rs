@@ -485,19 +485,6 @@ impl RwNames {
             read_key_prefix: read_key_prefix.into(),
         }
     }
-
-    /// `owner`'s read timeout prefix, as a script argument.
-    fn read_timeout_prefix(&self, owner: &LockOwner) -> Value {
-        text_arg(keys::read_timeout_prefix(
-            &self.read_key_prefix,
-            owner.field(),
-        ))
-    }
-}
-
-/// A text made for one call, as a script argument (moved, not copied).
-fn text_arg(text: String) -> Value {
-    Value::String(text.into())
 }
 
 /// The read side's protocol (§5.2, §5.3, §5.6).
@@ -523,13 +510,9 @@ impl Protocol for Read {
             &READ_ACQUIRE,
             [
                 Value::String(lock.keys.raw.clone()),
-                self.0.read_timeout_prefix(owner),
+                Value::String(self.0.read_key_prefix.clone()),
             ],
-            [
-                Value::from(lease_ms),
-                owner.field_arg(),
-                text_arg(keys::write_field(owner.field())),
-            ],
+            [Value::from(lease_ms), owner.field_arg()],
         )
     }
 
@@ -540,7 +523,6 @@ impl Protocol for Read {
             [
                 Value::String(lock.keys.raw.clone()),
                 Value::String(self.0.channel.clone()),
-                self.0.read_timeout_prefix(owner),
                 Value::String(self.0.read_key_prefix.clone()),
             ],
             [

@@ -340,11 +340,7 @@ async fn every_script_checks_its_durations_before_writing() {
         let acquires: [(&str, Vec<&str>, Vec<&str>); 5] = [
             ("lock_acquire", vec!["s"], vec![lease, "me:1"]),
             ("fenced_acquire", vec!["s", "t"], vec![lease, "me:1"]),
-            (
-                "read_acquire",
-                vec!["s", "r"],
-                vec![lease, "me:1", "me:1:write"],
-            ),
+            ("read_acquire", vec!["s", "{s}"], vec![lease, "me:1"]),
             (
                 "write_acquire",
                 vec!["s"],

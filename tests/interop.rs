@@ -239,16 +239,15 @@ async fn the_unlock_latch_makes_a_resent_read_release_idempotent() {
     let prefix = |owner: &str| format!("{{{name}}}:{owner}:rwlock_timeout");
     let exists = |key: &str| server.command(&["EXISTS", key]) == "1";
     let take = |owner: &str| {
-        let write_owner = format!("{owner}:write");
-        let args = ["2", name, &prefix(owner), "30000", owner, &write_owner];
+        let args = ["2", name, "{shared}", "30000", owner];
         server.command(&[&["EVAL", acquire.as_str()][..], &args].concat());
     };
     let latch = "redisson_unlock_latch:{shared}:l1";
     let run = |owner: &str, request: &str| {
         let channel = "redisson_rwlock:{shared}";
-        let keys = [name, channel, &prefix(owner), "{shared}", latch];
+        let keys = [name, channel, "{shared}", latch];
         let args = ["0", owner, "PUBLISH", "10000", request];
-        server.command(&[&["EVAL", release.as_str(), "5"][..], &keys, &args].concat())
+        server.command(&[&["EVAL", release.as_str(), "4"][..], &keys, &args].concat())
     };
     let count = |owner: &str| server.command(&["HGET", name, owner]);
     let freed = || !exists(name) && !exists(&format!("{}:1", prefix("me:1")));

@@ -749,6 +749,27 @@ async fn a_read_release_reads_every_readers_key_only_when_its_hold_expires_last(
     messages.quit().await;
 }
 
+/// A name with a hash tag keeps Redisson's key names: each reader's timeout keys follow the
+/// raw name itself, with no braces added, and the releases delete them.
+#[tokio::test]
+async fn a_hash_tagged_names_readers_keep_redissons_key_names() {
+    let server = RedisServer::start();
+    let c = client(&server).await;
+    let name = "{tag}:cart";
+    let me = c.new_owner();
+    let lock = c.read_write_lock(name).unwrap();
+    let first = lock.read(&me).await.unwrap();
+    let second = lock.read(&me).await.unwrap();
+    for n in [1, 2] {
+        let key = format!("{name}:{me}:rwlock_timeout:{n}");
+        assert_eq!(server.command(&["EXISTS", &key]), "1", "{key}");
+    }
+    second.unlock().await.unwrap();
+    first.unlock().await.unwrap();
+    assert_eq!(server.command(&["KEYS", "*rwlock_timeout*"]), "");
+    assert_eq!(server.command(&["EXISTS", name]), "0");
+}
+
 /// A joining reader whose lease the hash already outlives only sets its own key's TTL; one
 /// that raises the hash reads the server's clock once and ends the hash and its key at the
 /// same instant, as the first reader does. Either way the hash never ends after its latest
