@@ -216,7 +216,7 @@ fn handoff(c: &mut Criterion, rt: &Runtime, (a, b): (&LockClient, &LockClient), 
 /// rounds, from 1 task and from 64 tasks (each its own lock).
 ///
 /// For profiling one side (`perf record -p <pid>`): `PROFILE_SIDE=ours` or `PROFILE_SIDE=raw`
-/// runs only that side, 64 tasks, for 40 rounds.
+/// runs only that side, 64 tasks (or `PROFILE_TASKS`), for 40 rounds.
 fn cpu_per_op(rt: &Runtime, server: &RedisServer, ours: &LockClient, bare: &Bare, args: &Args) {
     if !args.runs("cpu_per_op") {
         return;
@@ -227,8 +227,9 @@ fn cpu_per_op(rt: &Runtime, server: &RedisServer, ours: &LockClient, bare: &Bare
         (None, true) => (15, 1),
         (None, false) => (1, 20),
     };
+    let profiled_tasks = std::env::var("PROFILE_TASKS").map_or(TASKS, |n| n.parse().unwrap());
     let sizes: &[(usize, u64)] = match profile {
-        Some(_) => &[(TASKS, 12_800)],
+        Some(_) => &[(profiled_tasks, 200 * profiled_tasks as u64)],
         None => &[(1, 2_000), (TASKS, 12_800)],
     };
     let runs = |side: &str| profile.as_deref().is_none_or(|p| p == side);
