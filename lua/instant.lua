@@ -1,7 +1,8 @@
 -- Shared snippet: instants on the server's clock, for the read-write lock, whose hash must
--- expire at the very instant its latest reader's timeout key does (see read_release.lua).
--- Redis's clock moves while a script runs, so two PEXPIREs of the same length in one script
--- can end a millisecond apart; these scripts read the clock once and set PEXPIREAT / PXAT.
+-- never expire after its latest reader's timeout key (see read_release.lua). Redis's clock
+-- moves while a script runs, so two PEXPIREs of the same length in one script can end a
+-- millisecond apart; a script that sets many keys reads the clock once and sets PEXPIREAT /
+-- PXAT.
 
 -- The server's clock now, in whole ms.
 local function now_ms()

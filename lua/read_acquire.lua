@@ -13,9 +13,7 @@
 --        TTL), and nothing was written. (Java's reply is nil / PTTL.)
 -- A read hold is granted when the lock is free, in read mode (readers never queue behind
 -- waiting writers), or in write mode held by this same owner (downgrade; mode stays write).
--- The hash TTL becomes the larger of its current TTL and the lease, never shorter; when it
--- is raised, it ends at the same instant as the new hold's timeout key (otherwise the key
--- gets the lease, and the hash never ends after it).
+-- The hash TTL becomes the larger of its current TTL and the lease, never shorter.
 --
 -- Deliberate difference from Java: a hash under the name without a mode field is not a
 -- read-write lock (another kind's hold, or foreign data). Java takes it and writes into it;
@@ -24,32 +22,26 @@
 local key, lease, owner = KEYS[1], valid_ms(ARGV[1]), ARGV[2]
 local timeout_prefix = KEYS[2] .. ':' .. owner .. ':rwlock_timeout'
 
+-- A new hold's key gets its lease after the hash got its TTL: Redis's clock moves while a
+-- script runs, so the key may end a millisecond after the hash, never before it. The hash
+-- then never ends after its latest reader's key, which read_release.lua relies on.
 local mode = redis.call('hget', key, 'mode')
 if not mode then
     -- A key without a mode is no read-write lock: busy (see the header).
     if redis.call('exists', key) == 1 then
         return {0, redis.call('pttl', key)}
     end
-    local expiry = instant_after(now_ms(), lease)
-    redis.call('hset', key, 'mode', 'read')
-    redis.call('hset', key, owner, 1)
-    redis.call('set', timeout_prefix .. ':1', 1, 'pxat', expiry)
-    redis.call('pexpireat', key, expiry)
+    redis.call('hset', key, 'mode', 'read', owner, 1)
+    redis.call('pexpire', key, lease)
+    redis.call('set', timeout_prefix .. ':1', 1, 'px', lease)
     return {1, 1}
 end
 if mode == 'read' or (mode == 'write' and redis.call('hexists', key, owner .. ':write') == 1) then
     local n = redis.call('hincrby', key, owner, '1')
-    local timeout_key = timeout_prefix .. ':' .. n
     if redis.call('pttl', key) < tonumber(lease) then
-        local expiry = instant_after(now_ms(), lease)
-        redis.call('pexpireat', key, expiry)
-        redis.call('set', timeout_key, 1, 'pxat', expiry)
-    else
-        -- The hash already lives the lease, which the clock can only have made shorter
-        -- since: this key ends with it or after it, so the hash still ends no later than
-        -- its latest reader's key, and no clock reading is needed.
-        redis.call('set', timeout_key, 1, 'px', lease)
+        redis.call('pexpire', key, lease)
     end
+    redis.call('set', timeout_prefix .. ':' .. n, 1, 'px', lease)
     return {1, n}
 end
 return {0, redis.call('pttl', key)}

@@ -23,18 +23,19 @@
 --
 -- The TTL without a full scan. Java recomputes the TTL on every release: one PTTL per
 -- remaining hold of every reader, so a release costs more the more readers hold the lock.
--- In read mode the hash never expires after its latest reader's timeout key: the first reader
--- gives both its lease, a joining reader raises the hash to its own lease when that is
--- longer, a renewal gives the hash and the renewed keys the same TTL, and a recompute sets
--- the latest. Each of these reads the server's clock once and sets both to the same instant
--- (instant.lua): Redis's clock moves during a script, and a hash that ended a millisecond
--- after its latest key would make that key's release look like an earlier reader's, and skip
--- the purge of dead readers. (A recompute's instant is read before the keys' TTLs, so it
--- never ends after the latest key.) So a recompute cannot change the TTL while another live
--- hold's key expires no sooner than the hash; the TTL then stays as it is (reply 0), which
--- is found in one of two ways:
+-- In read mode the hash never expires after its latest reader's timeout key. An acquire that
+-- gives the hash its lease (the first reader, or one whose lease outlasts the hash's TTL) sets
+-- the hash's TTL before the key's, so that the key ends with the hash or, as Redis's clock
+-- moves while a script runs, a millisecond after it. A renewal gives the hash and the renewed
+-- keys one instant, and a recompute sets the latest, each reading the server's clock once
+-- (instant.lua). A hash that ended after its latest key would make that key's release look
+-- like an earlier reader's, and skip the purge of dead readers. (A recompute's instant is read
+-- before the keys' TTLs, so it never ends after the latest key.) So a recompute cannot change
+-- the TTL while another live hold's key expires no sooner than the hash; the TTL then stays as
+-- it is (reply 0), which is found in one of two ways:
 -- * the released hold's own key expires strictly before the hash: another hold's key
---   expires with the hash, and nothing is scanned (the common case with many readers);
+--   expires with the hash or after it, and nothing is scanned (the common case with many
+--   readers);
 -- * otherwise (it was the latest, or tied with it) the scan stops at the first remaining
 --   key that lives as long as the hash. Readers that joined last come last in HKEYS while
 --   the hash is small, so the scan goes backwards, reading each count only when it gets

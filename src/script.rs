@@ -259,7 +259,7 @@ scripts! {
     FAIR_RELEASE => "fair_release" with "common", "release", "publish", "fair_queue",
     FAIR_FORCE_RELEASE => "fair_force_release" with "publish", "fair_queue",
     FENCED_ACQUIRE => "fenced_acquire" with "common",
-    READ_ACQUIRE => "read_acquire" with "common", "instant",
+    READ_ACQUIRE => "read_acquire" with "common",
     READ_RELEASE => "read_release" with "common", "instant", "release", "publish",
     READ_FORCE_RELEASE => "read_force_release" with "publish",
     READ_RENEW_BATCH => "read_renew_batch" with "common", "instant",
