@@ -5,6 +5,10 @@
 //! - `cpu_per_op` (a measurement, not a criterion benchmark): what one lock + unlock costs
 //!   the client process (CPU, heap allocations) and the redis-server (CPU, from `INFO
 //!   cpu`), ours and the bare scripts in alternating rounds, from 1 task and from 64 tasks.
+//! - `call_latency` (a measurement): one task, each call timed alone, in turn within every
+//!   iteration: `lock()` and `unlock()`, the crate's two scripts sent by a bare fred client,
+//!   and the bare scripts. It splits the one-task gap into the crate's own time per call and
+//!   its scripts' extra time.
 //! - `uncontended`: one task, lock + unlock of a `Lock` (watchdog lease) vs the Redisson hash
 //!   protocol as two bare EVALSHA calls on a fred `Client` (acquire, release).
 //! - `parallel_64`: the same from 64 tasks, each on its own lock, one client for all.
@@ -29,8 +33,8 @@ use std::time::{Duration, Instant};
 use common::*;
 use criterion::{Criterion, SamplingMode, Throughput};
 use fred::clients::SubscriberClient;
-use fred::interfaces::{ClientLike, EventInterface, PubsubInterface};
-use fred::types::Builder;
+use fred::interfaces::{ClientLike, EventInterface, LuaInterface, PubsubInterface};
+use fred::types::{Builder, Value};
 use redisson_lock::LockClient;
 use tokio::runtime::Runtime;
 use tokio::sync::broadcast::error::RecvError;
@@ -293,6 +297,84 @@ fn cpu_per_op(rt: &Runtime, server: &RedisServer, ours: &LockClient, bare: &Bare
     }
 }
 
+/// One task: every iteration times `lock()`, `unlock()`, the crate's acquire and release
+/// scripts sent by the bare fred client (the same KEYS and ARGV, the latch included), and the
+/// bare scripts, one call after the other. Prints each call's p50 and p99, and the p50
+/// differences: the crate's own time per call (its call − its script on fred) and its
+/// scripts' extra time (its script on fred − the bare script).
+fn call_latency(rt: &Runtime, ours: &LockClient, bare: &Bare, args: &Args) {
+    if !args.runs("call_latency") {
+        return;
+    }
+    let iterations = if args.full { 20_000 } else { 20 };
+    let (lock, owner) = (ours.lock("bench:calls").unwrap(), ours.new_owner());
+    let raw = bare.lock("bench:calls:raw", "1");
+    let mine = bare.lock("bench:calls:scripts", "1");
+    let latch = "redisson_unlock_latch:{bench:calls:scripts}:1";
+    const CALLS: [&str; 6] = [
+        "lock()",
+        "unlock()",
+        "crate's acquire script on fred",
+        "crate's release script on fred",
+        "bare acquire script",
+        "bare release script",
+    ];
+    let mut times: [Vec<Duration>; 6] = Default::default();
+    rt.block_on(async {
+        let load = |name| bare.redis.script_load::<String, _>(lua::lua(name));
+        let (acquire, release) = (load("lock_acquire").await, load("lock_release").await);
+        let (acquire, release) = (acquire.unwrap(), release.unwrap());
+        for i in 0..iterations {
+            let mut at = [Instant::now(); 7];
+            let guard = lock.lock(&owner).await.unwrap();
+            at[1] = Instant::now();
+            guard.unlock().await.unwrap();
+            at[2] = Instant::now();
+            let args = vec![Value::from(LEASE_MS), mine.owner.clone()];
+            let taken: Value = bare
+                .redis
+                .evalsha(&acquire, mine.key.clone(), args)
+                .await
+                .unwrap();
+            at[3] = Instant::now();
+            let keys = vec![mine.key.clone(), mine.channel.clone(), latch.into()];
+            let args = vec![
+                Value::from("0"),
+                Value::from(LEASE_MS),
+                mine.owner.clone(),
+                Value::from("publish"),
+                Value::from(10_000),
+                Value::from(i),
+            ];
+            let freed: i64 = bare.redis.evalsha(&release, keys, args).await.unwrap();
+            at[4] = Instant::now();
+            assert!(
+                matches!(taken, Value::Array(_)) && freed == 1,
+                "{taken:?} {freed}"
+            );
+            assert_eq!(bare.acquire(&raw).await, None);
+            at[5] = Instant::now();
+            bare.unlock(&raw).await;
+            at[6] = Instant::now();
+            for (call, times) in times.iter_mut().enumerate() {
+                times.push(at[call + 1] - at[call]);
+            }
+        }
+    });
+    let p50: Vec<Duration> = (CALLS.iter().zip(&times))
+        .map(|(call, times)| summary(&format!("call_latency/{call}"), times).unwrap().p50)
+        .collect();
+    let gap = |a: usize, b: usize| micros(p50[a]) - micros(p50[b]);
+    println!(
+        "call_latency at p50: the crate's own time {:.1} µs per lock(), {:.1} µs per unlock(); \
+         its scripts' extra time {:.1} µs per acquire, {:.1} µs per release",
+        gap(0, 2),
+        gap(1, 3),
+        gap(2, 4),
+        gap(3, 5),
+    );
+}
+
 fn main() {
     let args = Args::parse();
     let server = RedisServer::start();
@@ -307,6 +389,7 @@ fn main() {
     print_load("at the start");
 
     cpu_per_op(&rt, &server, &a, &bare, &args);
+    call_latency(&rt, &a, &bare, &args);
     let mut c = Criterion::default().configure_from_args();
     uncontended(&mut c, &rt, &a, &bare);
     parallel(&mut c, &rt, &a, &bare);

@@ -6,6 +6,8 @@
 // Each bench binary uses a different subset of this module.
 #![allow(dead_code)]
 
+#[path = "../../tests/support/lua.rs"]
+pub mod lua;
 #[path = "../../tests/support/server.rs"]
 pub mod server;
 #[path = "../../tests/support/topology.rs"]
@@ -146,7 +148,7 @@ pub struct Bare {
 pub struct BareLock {
     pub key: Key,
     pub channel: Key,
-    owner: Value,
+    pub owner: Value,
 }
 
 impl Bare {

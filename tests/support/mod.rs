@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod listener;
+pub mod lua;
 pub mod process;
 pub mod proxy;
 pub mod server;
@@ -15,6 +16,8 @@ use std::time::Duration;
 use fred::prelude::KeysInterface;
 #[allow(unused_imports)] // Not every test binary listens.
 pub use listener::Listener;
+#[allow(unused_imports)] // Only tests that run a script directly.
+pub use lua::lua;
 #[allow(unused_imports)] // Not every test binary runs child processes.
 pub use process::TestProcess;
 #[allow(unused_imports)] // Only the fault suite injects network faults.
@@ -270,27 +273,6 @@ pub fn spawn_test_process(test: &str, var: &str, server: &RedisServer) -> std::p
         .env(var, server.url())
         .spawn()
         .unwrap()
-}
-
-/// The script `lua/<name>.lua` as the crate sends it: the shared snippets its line in
-/// `src/script.rs` lists (`NAME => "<name>" with "part", …`) first, in that order.
-pub fn lua(name: &str) -> String {
-    let root = env!("CARGO_MANIFEST_DIR");
-    let read = |path: String| {
-        std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("read {path}: {e}"))
-    };
-    let list = read(format!("{root}/src/script.rs"));
-    let declared = format!("=> \"{name}\"");
-    let line = (list.lines())
-        .find(|line| !line.trim_start().starts_with("//") && line.contains(&declared))
-        .unwrap_or_else(|| panic!("src/script.rs declares no script {name}"));
-    let parts = line.split_once(" with ").map_or("", |(_, parts)| parts);
-    // The quoted names are every other piece between quotes.
-    let parts = parts.split('"').skip(1).step_by(2);
-    parts
-        .chain([name])
-        .map(|file| read(format!("{root}/lua/{file}.lua")))
-        .collect()
 }
 
 /// For each kind that waits by message (plain, fenced, fair, read-write): `waiter` waits on a
