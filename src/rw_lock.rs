@@ -76,7 +76,9 @@ impl ReadWriteLock {
     pub(crate) fn new(engine: Arc<Engine>, name: &str) -> Result<ReadWriteLock> {
         Ok(ReadWriteLock {
             read: Handle::with_kind_of(engine.clone(), name, |keys| Read(RwNames::of(keys)))?,
-            write: Handle::with_kind_of(engine, name, |keys| Write(RwNames::of(keys)))?,
+            write: Handle::with_kind_of(engine, name, |keys| Write {
+                channel: keys.rw_channel().into(),
+            })?,
         })
     }
 
@@ -466,13 +468,13 @@ side_guard!(
 /// `lua/write_acquire.lua`); no PTTL is ever negative beyond -2.
 const UPGRADE_REFUSED: i64 = -3;
 
-/// The names both sides use in every call, made once per handle.
+/// The names the read side uses in every call, made once per handle.
 struct RwNames {
     /// `redisson_rwlock:{raw}`.
     channel: Str,
-    /// `{raw}` (see [`LockKeys::read_key_prefix`]), as a script argument...
+    /// `{raw}` (see [`LockKeys::read_key_prefix`]), as a script argument.
     read_key_prefix: Str,
-    /// ... and as the watchdog keeps it with each read hold.
+    /// The same, as the watchdog keeps it with each read hold.
     renewed_key_prefix: Arc<str>,
 }
 
@@ -556,7 +558,10 @@ impl Protocol for Read {
 }
 
 /// The write side's protocol (§5.4, §5.5), which refuses an upgrade.
-struct Write(RwNames);
+struct Write {
+    /// `redisson_rwlock:{raw}`, made once per handle.
+    channel: Str,
+}
 
 impl Protocol for Write {
     fn kind(&self) -> &'static str {
@@ -568,7 +573,7 @@ impl Protocol for Write {
     }
 
     fn channel(&self, _keys: &LockKeys, _owner: &LockOwner) -> Str {
-        self.0.channel.clone()
+        self.channel.clone()
     }
 
     /// The read field lets the script refuse an upgrade (`UPGRADE_REFUSED`).
@@ -609,7 +614,7 @@ impl Protocol for Write {
             &WRITE_RELEASE,
             [
                 Value::String(lock.keys.raw.clone()),
-                Value::String(self.0.channel.clone()),
+                Value::String(self.channel.clone()),
             ],
             [
                 static_arg(READ_UNLOCK_MESSAGE),
@@ -625,7 +630,7 @@ impl Protocol for Write {
             &WRITE_FORCE_RELEASE,
             [
                 Value::String(lock.keys.raw.clone()),
-                Value::String(self.0.channel.clone()),
+                Value::String(self.channel.clone()),
             ],
             [static_arg(READ_UNLOCK_MESSAGE), lock.publish()],
         )
