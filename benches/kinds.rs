@@ -16,7 +16,9 @@
 //!   1 ms hold; the longest wait vs 16 × (hold + 3 round trips), and every task's count.
 //! - `read_throughput` (criterion): read lock + unlock from 64 tasks on one
 //!   `ReadWriteLock` name, one `LockClient`, beside the plain lock's `parallel_64` workload
-//!   (each task its own lock) and the bare scripts from 64 tasks.
+//!   (each task its own lock) and the bare scripts from 64 tasks; then each side's client
+//!   CPU, Redis CPU and allocations per operation. `PROFILE_SIDE=read` (or `plain`) runs one
+//!   side only, for a profiler.
 //! - `commands_per_acquisition` (a measurement): 16 tasks on two `LockClient`s contending in
 //!   a loop on one plain lock (1 ms hold); Redis commands per acquisition from `INFO
 //!   commandstats`, beside one task's uncontended lock + unlock.
