@@ -22,7 +22,8 @@ pub(crate) type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>
 pub(crate) struct Script {
     pub(crate) name: &'static str,
     pub(crate) lua: &'static str,
-    /// Shared text: sending it only counts a reference.
+    /// Static text, as the script's: sending it counts no reference, which every task of
+    /// every core would otherwise update on one shared counter.
     sha: OnceLock<Str>,
 }
 
@@ -37,8 +38,11 @@ impl Script {
 
     /// The SHA-1 Redis files the script under (what EVALSHA names).
     pub(crate) fn sha(&self) -> &Str {
-        self.sha
-            .get_or_init(|| fred::util::sha1_hash(self.lua).into())
+        self.sha.get_or_init(|| {
+            // Made once per script of the program, which lives as long.
+            let sha: &'static str = Box::leak(fred::util::sha1_hash(self.lua).into_boxed_str());
+            Str::from_static(sha)
+        })
     }
 }
 
