@@ -30,7 +30,7 @@ use tokio::time::Instant;
 
 use crate::error::{is_transient, Error, Result};
 use crate::observe;
-use crate::waiters::{Waiters, Wake};
+use crate::waiters::{EventClock, Moment, Waiters, Wake};
 
 /// Which pub/sub commands carry unlock messages: Redisson's `shardedSubscriptionMode`.
 /// Set it with [`LockClientBuilder::pubsub_mode`](crate::LockClientBuilder::pubsub_mode).
@@ -234,6 +234,7 @@ pub(crate) struct PubSub {
     channels: Arc<Channels>,
     requests: mpsc::UnboundedSender<Request>,
     choice: Arc<Choice>,
+    clock: Arc<EventClock>,
 }
 
 impl PubSub {
@@ -249,6 +250,7 @@ impl PubSub {
         shutdown: watch::Receiver<bool>,
     ) -> PubSub {
         let channels: Arc<Channels> = Arc::default();
+        let clock: Arc<EventClock> = Arc::default();
         let choice = Arc::new(choice);
         let (requests, request_rx) = mpsc::unbounded_channel();
         let clustered = subscriber.is_clustered();
@@ -264,12 +266,14 @@ impl PubSub {
             choice: choice.clone(),
             heartbeat,
             channels: channels.clone(),
+            clock: clock.clone(),
         };
         tokio::spawn(task.run(request_rx, shutdown));
         PubSub {
             channels,
             requests,
             choice,
+            clock,
         }
     }
 
@@ -320,7 +324,13 @@ impl PubSub {
 
     /// Wakes every waiter, for example so that they notice a shutdown.
     pub(crate) fn wake_all(&self) {
-        wake_all(&self.channels);
+        wake_all(&self.channels, self.clock.tick());
+    }
+
+    /// The moment now: read before looking at a lock, it tells a waiter that joins later
+    /// whether it may have missed a release (see [`Waiters::join`]).
+    pub(crate) fn now(&self) -> Moment {
+        self.clock.now()
     }
 }
 
@@ -352,9 +362,19 @@ impl Drop for Subscription {
     }
 }
 
-fn wake_all(channels: &Channels) {
+fn wake_all(channels: &Channels, at: Moment) {
     for entry in channels.lock().values() {
-        entry.waiters.wake(Wake::All);
+        entry.waiters.wake(at, Wake::All);
+    }
+}
+
+/// Marks `names` as no longer known to be subscribed (`None`), or confirmed at `at`.
+fn set_confirmed(channels: &Channels, names: &[Arc<str>], at: Option<Moment>) {
+    let channels = channels.lock();
+    for name in names {
+        if let Some(entry) = channels.get(name) {
+            entry.waiters.set_confirmed(at);
+        }
     }
 }
 
@@ -366,6 +386,7 @@ struct Task {
     choice: Arc<Choice>,
     heartbeat: Duration,
     channels: Arc<Channels>,
+    clock: Arc<EventClock>,
     messages: broadcast::Receiver<fred::types::Message>,
     reconnects: broadcast::Receiver<Server>,
     cluster_changes: broadcast::Receiver<Vec<ClusterStateChange>>,
@@ -406,7 +427,7 @@ impl Task {
                     Ok(message) => self.dispatch(&message),
                     Err(broadcast::error::RecvError::Lagged(missed)) => {
                         tracing::debug!(missed, "pub/sub receiver lagged; waking every waiter");
-                        wake_all(&self.channels);
+                        wake_all(&self.channels, self.clock.tick());
                     }
                     Err(broadcast::error::RecvError::Closed) => break,
                 },
@@ -442,7 +463,7 @@ impl Task {
             }
         }
         let _ = self.subscriber.quit().await;
-        wake_all(&self.channels);
+        wake_all(&self.channels, self.clock.tick());
     }
 
     fn dispatch(&self, message: &fred::types::Message) {
@@ -452,7 +473,7 @@ impl Task {
         let channel: &str = &message.channel;
         let waiters = (self.channels.lock().get(channel)).map(|entry| entry.waiters.clone());
         if let Some(waiters) = waiters {
-            waiters.wake(wake);
+            waiters.wake(self.clock.tick(), wake);
         }
     }
 
@@ -526,10 +547,12 @@ impl Task {
         }
         let result = self.subscribe_confirmed(&to_subscribe).await;
         if result.is_ok() {
+            let at = self.clock.tick();
             let mut channels = self.channels.lock();
             for channel in &to_subscribe {
                 if let Some(entry) = channels.get_mut(channel) {
                     entry.subscribed = true;
+                    entry.waiters.set_confirmed(Some(at));
                 }
             }
         }
@@ -665,6 +688,7 @@ impl Task {
             for channel in &subscribed {
                 if let Err(error) = self.ssubscribe(channel).await {
                     tracing::debug!(%error, %channel, "SSUBSCRIBE failed");
+                    set_confirmed(&self.channels, std::slice::from_ref(channel), None);
                 }
             }
             self.choice.auto_sharded.store(true, Ordering::Release);
@@ -677,7 +701,7 @@ impl Task {
                 }
             }
         }
-        wake_all(&self.channels);
+        wake_all(&self.channels, self.clock.tick());
         true
     }
 
@@ -699,13 +723,16 @@ impl Task {
                 .map(|(name, _)| name.clone())
                 .collect()
         };
+        set_confirmed(&self.channels, &moved, None);
         for channel in moved {
             tracing::debug!(%channel, "the channel's slot moved; subscribing on its new master");
             match self.ssubscribe(&channel).await {
                 Ok(()) => {
                     observe::resubscribed_after_slot_move();
                     if let Some(entry) = self.channels.lock().get(&channel) {
-                        entry.waiters.wake(Wake::All);
+                        let at = self.clock.tick();
+                        entry.waiters.set_confirmed(Some(at));
+                        entry.waiters.wake(at, Wake::All);
                     }
                 }
                 Err(error) => tracing::debug!(%error, %channel, "resubscribing failed; retrying"),
@@ -731,11 +758,13 @@ impl Task {
         let subscribed = self.subscribed();
         observe::pubsub_reconnected(subscribed.len());
         if !subscribed.is_empty() {
-            if let Err(error) = self.subscribe_confirmed(&subscribed).await {
-                tracing::warn!(%error, "resubscribing after a reconnect failed");
+            set_confirmed(&self.channels, &subscribed, None);
+            match self.subscribe_confirmed(&subscribed).await {
+                Ok(()) => set_confirmed(&self.channels, &subscribed, Some(self.clock.tick())),
+                Err(error) => tracing::warn!(%error, "resubscribing after a reconnect failed"),
             }
         }
-        wake_all(&self.channels);
+        wake_all(&self.channels, self.clock.tick());
     }
 }
 

@@ -5,9 +5,14 @@
 //!
 //! A wake-up is never lost: one that arrives while a waiter's attempt is in flight makes it
 //! try again, and a waiter that leaves with a wake-up it has not answered passes it on.
+//!
+//! The pub/sub events of a client (messages, confirmed subscriptions, wake-ups of every
+//! waiter) are stamped with [`Moment`]s of one [`EventClock`], so a waiter that joins can tell
+//! whether a release may have happened unseen since it last looked at the lock.
 
 use std::collections::VecDeque;
 use std::future::poll_fn;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::task::{Poll, Waker};
 
@@ -22,6 +27,27 @@ pub(crate) enum Wake {
     All,
 }
 
+/// A point in the order of one client's pub/sub events.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) struct Moment(u64);
+
+/// Orders one client's pub/sub events: each gets a later [`Moment`] than every moment read
+/// before it.
+#[derive(Default)]
+pub(crate) struct EventClock(AtomicU64);
+
+impl EventClock {
+    /// The moment now. An event stamped at or before it was seen before this call.
+    pub(crate) fn now(&self) -> Moment {
+        Moment(self.0.load(Ordering::SeqCst))
+    }
+
+    /// The moment of a new event, later than every moment read so far.
+    pub(crate) fn tick(&self) -> Moment {
+        Moment(self.0.fetch_add(1, Ordering::SeqCst) + 1)
+    }
+}
+
 /// The waiters of one channel. Shared by the channel's subscription and its tickets.
 #[derive(Default)]
 pub(crate) struct Waiters {
@@ -33,6 +59,11 @@ struct Queue {
     /// In the order they joined; ids grow, so the queue is sorted by id.
     places: VecDeque<Place>,
     next_id: u64,
+    /// When the server last confirmed that it sends the channel's messages to this client;
+    /// `None` while that is not known (not yet subscribed, or being subscribed again).
+    confirmed: Option<Moment>,
+    /// The latest wake-up delivered.
+    last_wake: Option<Moment>,
 }
 
 struct Place {
@@ -52,8 +83,12 @@ enum Standing {
 }
 
 impl Waiters {
-    /// Joins the back of the queue.
-    pub(crate) fn join(self: &Arc<Self>) -> Ticket {
+    /// Joins the back of the queue. `looked`: when the waiter last read the clock before
+    /// looking at the lock. Returns the ticket, and whether a release may have happened
+    /// since without this waiter being woken: then it must look again. It need not when the
+    /// channel was confirmed before that look (the server delivers every later release's
+    /// message) and no wake-up came since (one still to come finds the waiter in line).
+    pub(crate) fn join(self: &Arc<Self>, looked: Option<Moment>) -> (Ticket, bool) {
         let mut queue = self.state.lock();
         let id = queue.next_id;
         queue.next_id += 1;
@@ -62,15 +97,28 @@ impl Waiters {
             standing: Standing::Idle,
             waker: None,
         });
-        Ticket {
+        let seen_all = looked.is_some_and(|looked| {
+            queue.confirmed.is_some_and(|at| at <= looked)
+                && queue.last_wake.is_none_or(|at| at <= looked)
+        });
+        let ticket = Ticket {
             waiters: self.clone(),
             id,
-        }
+        };
+        (ticket, !seen_all)
     }
 
-    /// Delivers a message's wake-up.
-    pub(crate) fn wake(&self, wake: Wake) {
+    /// The server confirmed the subscription at `at` (or, `None`, it may not deliver the
+    /// channel's messages until subscribed again).
+    pub(crate) fn set_confirmed(&self, at: Option<Moment>) {
+        self.state.lock().confirmed = at;
+    }
+
+    /// Delivers a wake-up received at `at`: a message, or the notice that messages may have
+    /// been lost.
+    pub(crate) fn wake(&self, at: Moment, wake: Wake) {
         let mut queue = self.state.lock();
+        queue.last_wake = Some(at);
         match wake {
             Wake::One => queue.wake_one(),
             Wake::All => {
@@ -198,27 +246,31 @@ mod tests {
         Arc::new(Waiters::default())
     }
 
+    fn join(waiters: &Arc<Waiters>) -> Ticket {
+        waiters.join(None).0
+    }
+
     #[test]
     fn a_message_wakes_the_longest_waiting_waiter() {
         let waiters = queue();
-        let (first, second) = (waiters.join(), waiters.join());
-        waiters.wake(Wake::One);
+        let (first, second) = (join(&waiters), join(&waiters));
+        waiters.wake(Moment(1), Wake::One);
         assert!(is_woken(&first));
         assert!(!is_woken(&second));
-        waiters.wake(Wake::One);
+        waiters.wake(Moment(1), Wake::One);
         assert!(is_woken(&second), "the first is woken already");
     }
 
     #[test]
     fn a_woken_waiter_that_lost_keeps_its_place() {
         let waiters = queue();
-        let (first, second) = (waiters.join(), waiters.join());
-        waiters.wake(Wake::One);
+        let (first, second) = (join(&waiters), join(&waiters));
+        waiters.wake(Moment(1), Wake::One);
         first.start_attempt();
         first.attempt_done(); // busy: it lost the race
         assert!(!first.is_pending());
-        let third = waiters.join();
-        waiters.wake(Wake::One);
+        let third = join(&waiters);
+        waiters.wake(Moment(1), Wake::One);
         assert!(is_woken(&first), "still first in line");
         assert!(!is_woken(&second) && !is_woken(&third));
     }
@@ -226,15 +278,15 @@ mod tests {
     #[test]
     fn a_wake_up_during_an_attempt_is_answered_by_the_next() {
         let waiters = queue();
-        let only = waiters.join();
+        let only = join(&waiters);
         // Woken by a message while its first attempt (asked for by nothing) is in flight.
         only.start_attempt();
-        waiters.wake(Wake::One);
+        waiters.wake(Moment(1), Wake::One);
         only.attempt_done();
         assert!(only.is_pending() && is_woken(&only));
         // Woken again while answering a wake-up: its attempt may have run before the release.
         only.start_attempt();
-        waiters.wake(Wake::One);
+        waiters.wake(Moment(1), Wake::One);
         only.attempt_done();
         assert!(is_woken(&only));
     }
@@ -242,10 +294,10 @@ mod tests {
     #[test]
     fn a_waiter_trying_keeps_its_turn_over_those_behind() {
         let waiters = queue();
-        let (first, second) = (waiters.join(), waiters.join());
+        let (first, second) = (join(&waiters), join(&waiters));
         // Its attempt (asked for by nothing) is in flight when the lock is released.
         first.start_attempt();
-        waiters.wake(Wake::One);
+        waiters.wake(Moment(1), Wake::One);
         assert!(!is_woken(&second));
         first.attempt_done();
         assert!(is_woken(&first), "tries again after its attempt");
@@ -254,8 +306,8 @@ mod tests {
     #[test]
     fn a_waiter_that_leaves_passes_on_a_wake_up_it_did_not_answer() {
         let waiters = queue();
-        let (first, second, third) = (waiters.join(), waiters.join(), waiters.join());
-        waiters.wake(Wake::One);
+        let (first, second, third) = (join(&waiters), join(&waiters), join(&waiters));
+        waiters.wake(Moment(1), Wake::One);
         first.start_attempt();
         drop(first); // its attempt failed or was dropped: the wake-up goes on
         assert!(is_woken(&second));
@@ -272,20 +324,46 @@ mod tests {
     #[test]
     fn wake_all_wakes_every_waiter_even_one_trying() {
         let waiters = queue();
-        let (first, second) = (waiters.join(), waiters.join());
+        let (first, second) = (join(&waiters), join(&waiters));
         first.start_attempt();
-        waiters.wake(Wake::All);
+        waiters.wake(Moment(1), Wake::All);
         first.attempt_done();
         assert!(is_woken(&first) && is_woken(&second));
+    }
+
+    #[test]
+    fn a_waiter_joining_knows_whether_a_release_may_have_gone_unseen() {
+        let (clock, waiters) = (EventClock::default(), queue());
+        let before_confirmed = clock.now();
+        waiters.set_confirmed(Some(clock.tick()));
+        let looked = clock.now();
+        assert!(waiters.join(None).1, "no look taken: must look");
+        assert!(
+            waiters.join(Some(before_confirmed)).1,
+            "looked before the subscription"
+        );
+        assert!(
+            !waiters.join(Some(looked)).1,
+            "subscribed, and no message since"
+        );
+
+        // A message since the look: it may tell of a release the look did not see.
+        waiters.wake(clock.tick(), Wake::One);
+        assert!(waiters.join(Some(looked)).1);
+        assert!(!waiters.join(Some(clock.now())).1);
+
+        // Being subscribed again: messages may not arrive.
+        waiters.set_confirmed(None);
+        assert!(waiters.join(Some(clock.now())).1);
     }
 
     #[tokio::test]
     async fn a_wake_up_completes_a_parked_waiter() {
         let waiters = queue();
-        let ticket = waiters.join();
+        let ticket = join(&waiters);
         let woken = tokio::spawn(async move { ticket.woken().await });
         tokio::task::yield_now().await;
-        waiters.wake(Wake::One);
+        waiters.wake(Moment(1), Wake::One);
         tokio::time::timeout(std::time::Duration::from_secs(10), woken)
             .await
             .expect("woken")

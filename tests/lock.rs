@@ -189,6 +189,46 @@ async fn waiter_wakes_on_unlock_long_before_the_ttl() {
     eventually(5 * SECOND, "unsubscribed", || no_channels(&server)).await;
 }
 
+/// A waiter on a channel its client already listens to, with no message since its first
+/// attempt, waits right after that attempt: any later release wakes a waiter of the line.
+#[tokio::test]
+async fn a_waiter_on_a_channel_already_subscribed_waits_after_one_attempt() {
+    let server = RedisServer::start();
+    let (a, b) = (
+        long_watchdog_client(&server).await,
+        long_watchdog_client(&server).await,
+    );
+    let holder = a
+        .lock("listened")
+        .unwrap()
+        .lock(&a.new_owner())
+        .await
+        .unwrap();
+    let lock = b.lock("listened").unwrap();
+    let before = evalsha_calls(&server);
+    let first = tokio::spawn({
+        let (lock, owner) = (lock.clone(), b.new_owner());
+        async move { lock.lock(&owner).await }
+    });
+    // A channel new to the client: two attempts, the second once subscribed.
+    waiting(&server, &lock_channel("listened"), before + 2).await;
+
+    let before = evalsha_calls(&server);
+    let gave_up = (lock
+        .try_lock_for(&b.new_owner(), Duration::from_millis(300))
+        .await)
+        .unwrap();
+    assert!(gave_up.is_none());
+    assert_eq!(
+        evalsha_calls(&server),
+        before + 1,
+        "one attempt, then waiting"
+    );
+
+    holder.unlock().await.unwrap();
+    woken_and_released("the first waiter", first).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_woken_waiter_that_finds_the_lock_taken_stays_first_in_line() {
     let server = RedisServer::start();
@@ -262,7 +302,8 @@ async fn try_lock_for_gives_up_on_time_and_takes_a_freed_lock_at_once() {
     // Freed while waiting: acquired well before the limit.
     let before = evalsha_calls(&server);
     let pending = tokio::spawn(lock.try_lock_for(&waiter, Duration::from_secs(60)));
-    waiting(&server, &lock_channel("timed"), before + 2).await;
+    // At least its first attempt (one only while the channel lingers from the last wait).
+    waiting(&server, &lock_channel("timed"), before + 1).await;
     holder.unlock().await.unwrap();
     let guard = within(WAKE, "woken waiter", pending)
         .await

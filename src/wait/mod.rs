@@ -15,7 +15,7 @@ use crate::error::{Error, Result};
 use crate::observe;
 use crate::pubsub::Subscription;
 use crate::time::deadline_after;
-use crate::waiters::Ticket;
+use crate::waiters::{Moment, Ticket};
 use backoff::{Delays, OUTAGE_BACKOFF, POLL_WITHOUT_MESSAGES};
 
 pub use backoff::Backoff;
@@ -75,8 +75,11 @@ pub(crate) enum Wake<'a> {
 
 /// Takes a hold by Redisson's algorithm: try; subscribe to the channel of `wake`; then
 /// until `deadline`: try again, and wait for an unlock message or for the holder's lease to
-/// run out. A spinning waiter ([`Wake::Spin`]) never subscribes: it sleeps by its back-off
-/// (at most until the holder's lease runs out) between attempts, as Redisson's spin lock.
+/// run out. The try right after subscribing only closes the gap before the subscription:
+/// it is left out when the channel was subscribed already before the first try and no
+/// message came since, as then every release after that try wakes a waiter. A spinning
+/// waiter ([`Wake::Spin`]) never subscribes: it sleeps by its back-off (at most until the
+/// holder's lease runs out) between attempts, as Redisson's spin lock.
 ///
 /// `attempt` runs one acquire script; it must leave no hold behind when it is dropped
 /// mid-flight (see [`InFlight`](crate::attempt::InFlight)). Returns `Ok(None)` when `deadline` passed.
@@ -100,21 +103,27 @@ where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<Attempt<T>>>,
 {
+    let looked = match wake {
+        Wake::Messages(_) => Some(engine.pubsub.now()),
+        Wake::Spin(_) => None,
+    };
     let ttl = match attempt().await? {
         Attempt::Acquired(hold) => return Ok(Some(hold)),
         Attempt::Busy { ttl } => ttl,
     };
     // The waiting state (subscription, timers, registrations) is kilobytes: boxed, so that
     // an acquisition that needs no wait neither carries nor moves it.
-    Box::pin(wait(engine, wake, deadline, attempt, ttl)).await
+    Box::pin(wait(engine, wake, deadline, attempt, looked, ttl)).await
 }
 
-/// The rest of [`acquire`] after a first attempt found the lock busy for `ttl`.
+/// The rest of [`acquire`] after a first attempt, made after the pub/sub moment `looked`
+/// (`None` when spinning), found the lock busy for `ttl`.
 async fn wait<T, F, Fut>(
     engine: &Engine,
     wake: Wake<'_>,
     deadline: Option<Instant>,
     mut attempt: F,
+    mut looked: Option<Moment>,
     ttl: Option<Duration>,
 ) -> Result<Option<T>>
 where
@@ -137,6 +146,9 @@ where
     // after subscribing: a waiter woken first is never sent to the back by losing a race.
     let mut ticket: Option<Ticket> = None;
     let mut outage: Option<(Instant, Duration)> = None;
+    // The busy answer of the last attempt, while it still stands: no release can have
+    // happened since without a message that wakes this waiter.
+    let mut standing: Option<Option<Duration>> = None;
     loop {
         // Past the deadline, only a wake-up not yet answered earns a last attempt.
         let last = deadline.is_some_and(|d| Instant::now() >= d);
@@ -156,7 +168,13 @@ where
             match subscribed {
                 Ok(sub) => {
                     // Joined before trying, so a message sent in between wakes this waiter.
-                    ticket = Some(sub.waiters().join());
+                    let (joined, missed) = sub.waiters().join(looked.take());
+                    if !missed {
+                        // The channel was subscribed before the first attempt: a release
+                        // since then sends a message that wakes this waiter or one ahead.
+                        standing = Some(ttl);
+                    }
+                    ticket = Some(joined);
                     subscription = Some(sub);
                 }
                 Err(Error::Closed) => return Err(Error::Closed),
@@ -165,36 +183,44 @@ where
             }
         }
 
-        if let Some(ticket) = &ticket {
-            ticket.start_attempt();
-        }
-        let attempted = attempt().await;
-        if let (Ok(_), Some(ticket)) = (&attempted, &ticket) {
-            // The lock was looked at after every wake-up taken so far.
-            ticket.attempt_done();
-        }
-        let ttl = match attempted {
-            Ok(Attempt::Acquired(hold)) => return Ok(Some(hold)),
-            Ok(Attempt::Busy { ttl }) => {
-                if last {
-                    return Ok(None);
+        let ttl = match standing.take() {
+            Some(ttl) => ttl,
+            None => {
+                // Only the first attempt's look is known to the channel's line.
+                looked = None;
+                if let Some(ticket) = &ticket {
+                    ticket.start_attempt();
                 }
-                outage = None;
-                ttl
-            }
-            // The last attempt failed: the wake-up goes on to another waiter.
-            Err(error) if error.is_retryable() && last => return Ok(None),
-            Err(error) if error.is_retryable() => {
-                let (since, backoff) = outage.get_or_insert((Instant::now(), OUTAGE_BACKOFF.0));
-                if since.elapsed() >= outage_limit {
-                    return Err(error);
+                let attempted = attempt().await;
+                if let (Ok(_), Some(ticket)) = (&attempted, &ticket) {
+                    // The lock was looked at after every wake-up taken so far.
+                    ticket.attempt_done();
                 }
-                tracing::debug!(%error, channel, "attempt failed while waiting; retrying");
-                let pause = *backoff;
-                *backoff = (*backoff * 2).min(OUTAGE_BACKOFF.1);
-                Some(pause)
+                match attempted {
+                    Ok(Attempt::Acquired(hold)) => return Ok(Some(hold)),
+                    Ok(Attempt::Busy { ttl }) => {
+                        if last {
+                            return Ok(None);
+                        }
+                        outage = None;
+                        ttl
+                    }
+                    // The last attempt failed: the wake-up goes on to another waiter.
+                    Err(error) if error.is_retryable() && last => return Ok(None),
+                    Err(error) if error.is_retryable() => {
+                        let (since, backoff) =
+                            outage.get_or_insert((Instant::now(), OUTAGE_BACKOFF.0));
+                        if since.elapsed() >= outage_limit {
+                            return Err(error);
+                        }
+                        tracing::debug!(%error, channel, "attempt failed while waiting; retrying");
+                        let pause = *backoff;
+                        *backoff = (*backoff * 2).min(OUTAGE_BACKOFF.1);
+                        Some(pause)
+                    }
+                    Err(error) => return Err(error),
+                }
             }
-            Err(error) => return Err(error),
         };
 
         let mut wait = match (ttl, &subscription) {

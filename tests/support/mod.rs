@@ -258,11 +258,14 @@ pub async fn scripts_reach(server: &RedisServer, calls: u64) {
     .await;
 }
 
-/// Waits until waiters on `channel` wait: subscribed, and `calls` scripts run (2 a waiter).
+/// Waits until waiters on `channel` wait: subscribed, and `calls` scripts run.
 pub async fn waiting(server: &RedisServer, channel: &str, calls: u64) {
-    // `calls` is an `evalsha_calls` reading from before the waiters started plus two a
-    // waiter: its first attempt, and its attempt after subscribing, made once it is
-    // registered for wake-ups. Exact only while no watchdog renews anything meanwhile.
+    // `calls` is an `evalsha_calls` reading from before the waiters started plus, for each
+    // waiter, two where its client did not listen to the channel yet (its first attempt,
+    // and its attempt after subscribing, made once it is registered for wake-ups) and one
+    // where it did and no message came since (then it waits right after its first attempt;
+    // a release before it is registered makes it look again). Exact only while no watchdog
+    // renews anything meanwhile.
     subscribed(server, channel).await;
     scripts_reach(server, calls).await;
 }
