@@ -249,7 +249,9 @@ async fn a_woken_waiter_that_finds_the_lock_taken_stays_first_in_line() {
             order.lock().unwrap().push(n);
             guard.unlock().await.unwrap();
         }));
-        waiting(&server, &channel, before + 2).await;
+        // The first subscribes between its two attempts; the second finds the channel
+        // subscribed, with no message since, and waits after one.
+        waiting(&server, &channel, before + if n == 1 { 2 } else { 1 }).await;
     }
     // An unlock message while the lock is still held: the first waiter tries, and loses.
     let before = evalsha_calls(&server);

@@ -290,19 +290,22 @@ async fn a_write_unlock_wakes_every_waiting_reader_at_once() {
 
     const READERS: usize = 10;
     let barrier = Arc::new(Barrier::new(READERS + 1));
-    let mut readers = Vec::new();
-    for i in 0..READERS {
+    let spawn_reader = |i: usize| {
         let client = clients[i % 2].clone();
         let barrier = barrier.clone();
-        readers.push(tokio::spawn(async move {
+        tokio::spawn(async move {
             let lock = client.read_write_lock(name).unwrap().with_lease(long());
             let guard = lock.read(&client.new_owner()).await.unwrap();
             barrier.wait().await; // all of them hold at once
             guard.unlock().await.unwrap();
-        }));
-    }
-    // Every reader made its first attempt and the one after subscribing: all wait now.
-    waiting(&server, &channel(name), 2 * READERS as u64).await;
+        })
+    };
+    // One reader per client first: two attempts each, the second once subscribed.
+    let mut readers: Vec<_> = (0..2).map(spawn_reader).collect();
+    waiting(&server, &channel(name), 2 * 2).await;
+    // The others find their client subscribed, with no message since: one attempt each.
+    readers.extend((2..READERS).map(spawn_reader));
+    waiting(&server, &channel(name), 2 * 2 + (READERS - 2) as u64).await;
     assert_eq!(subscribers(&server, &channel(name)), 2, "one per client");
 
     // Woken by the one message, long before the 60 s lease.
@@ -613,8 +616,12 @@ async fn states_written_by_java_are_respected() {
     let (r1, r2) = (c.new_owner(), c.new_owner());
     // Nothing renews: the server's script count is the readers' attempts.
     let before = evalsha_calls(&server);
-    let readers = vec![tokio::spawn(lock.read(&r1)), tokio::spawn(lock.read(&r2))];
-    waiting(&server, &channel(name), before + 4).await;
+    // The first subscribes between its two attempts; the second finds the channel
+    // subscribed, with no message since, and waits after one.
+    let mut readers = vec![tokio::spawn(lock.read(&r1))];
+    waiting(&server, &channel(name), before + 2).await;
+    readers.push(tokio::spawn(lock.read(&r2)));
+    waiting(&server, &channel(name), before + 3).await;
     assert_eq!(subscribers(&server, &channel(name)), 1, "one per client");
     // Java's write unlock: the hash goes and "1" wakes every waiter, long before the
     // 30 s TTL.
