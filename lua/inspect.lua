@@ -69,7 +69,7 @@ if key_type == 'hash' and #fields > 0 and redis.call('hexists', key, 'mode') == 
                 if #readers >= limit * 3 then
                     break
                 end
-                local timeout = key_prefix .. ':' .. field .. ':rwlock_timeout:' .. n
+                local timeout = timeout_prefix(key_prefix, field) .. ':' .. n
                 table.insert(readers, field)
                 table.insert(readers, n)
                 table.insert(readers, redis.call('pttl', timeout))

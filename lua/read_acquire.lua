@@ -20,7 +20,7 @@
 -- here it counts as held by someone else: the reply is {0, its PTTL}, and nothing is
 -- written.
 local key, lease, owner = KEYS[1], valid_ms(ARGV[1]), ARGV[2]
-local timeout_prefix = KEYS[2] .. ':' .. owner .. ':rwlock_timeout'
+local owner_prefix = timeout_prefix(KEYS[2], owner)
 
 -- A new hold's key gets its lease after the hash got its TTL: Redis's clock moves while a
 -- script runs, so the key may end a millisecond after the hash, never before it. The hash
@@ -33,7 +33,7 @@ if not mode then
     end
     redis.call('hset', key, 'mode', 'read', owner, 1)
     redis.call('pexpire', key, lease)
-    redis.call('set', timeout_prefix .. ':1', 1, 'px', lease)
+    redis.call('set', owner_prefix .. ':1', 1, 'px', lease)
     return {1, 1}
 end
 if mode == 'read' or (mode == 'write' and redis.call('hexists', key, owner .. ':write') == 1) then
@@ -41,7 +41,7 @@ if mode == 'read' or (mode == 'write' and redis.call('hexists', key, owner .. ':
     if redis.call('pttl', key) < tonumber(lease) then
         redis.call('pexpire', key, lease)
     end
-    redis.call('set', timeout_prefix .. ':' .. n, 1, 'px', lease)
+    redis.call('set', owner_prefix .. ':' .. n, 1, 'px', lease)
     return {1, n}
 end
 return {0, redis.call('pttl', key)}

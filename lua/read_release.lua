@@ -61,7 +61,7 @@
 local key, channel, key_prefix, latch = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local message, owner, publish, latch_ttl = ARGV[1], ARGV[2], ARGV[3], valid_ms(ARGV[4])
 local request = ARGV[5]
-local timeout_prefix = key_prefix .. ':' .. owner .. ':rwlock_timeout'
+local owner_prefix = timeout_prefix(key_prefix, owner)
 
 -- What releasing hold #`held` of `owner` leaves, read before anything is written: 0 while
 -- the lock stays held (with the hash's new expiry instant when its TTL must move), or 1 when
@@ -71,7 +71,7 @@ local function outcome_of(mode, held)
     if tonumber(held) <= 1 and redis.call('hlen', key) <= 2 then
         return 1
     end
-    local released_ttl = redis.call('pttl', timeout_prefix .. ':' .. held)
+    local released_ttl = redis.call('pttl', owner_prefix .. ':' .. held)
     -- Only in read mode does the hash expire with its latest reader (see the header).
     local hash_ttl = -1
     if mode == 'read' then
@@ -91,8 +91,9 @@ local function outcome_of(mode, held)
             top = top - 1 -- its hold #held is the one released
         end
         if top then
+            local prefix = timeout_prefix(key_prefix, field)
             for n = top, 1, -1 do
-                local remaining = redis.call('pttl', key_prefix .. ':' .. field .. ':rwlock_timeout:' .. n)
+                local remaining = redis.call('pttl', prefix .. ':' .. n)
                 if hash_ttl > 0 and remaining >= hash_ttl then
                     return 0
                 end
@@ -132,7 +133,7 @@ if outcome == nil then
     return nil
 end
 -- The count's text names the released hold's timeout key (no number formatted in Lua).
-local released = timeout_prefix .. ':' .. held
+local released = owner_prefix .. ':' .. held
 if outcome == 1 then
     redis.call('del', key, released)
     return 1

@@ -26,9 +26,9 @@ for i = 1, #KEYS, 2 do
         local holds = is_hash and tonumber(redis.call('hget', key, owner))
         if holds and holds > 0 then
             alive = true
+            local prefix = timeout_prefix(key_prefix, owner)
             for n = holds, 1, -1 do
-                local timeout_key = key_prefix .. ':' .. owner .. ':rwlock_timeout:' .. n
-                redis.call('pexpireat', timeout_key, expiry)
+                redis.call('pexpireat', prefix .. ':' .. n, expiry)
             end
         end
     end

@@ -263,15 +263,15 @@ scripts! {
     FAIR_RELEASE => "fair_release" with "common", "release", "publish", "fair_queue",
     FAIR_FORCE_RELEASE => "fair_force_release" with "publish", "fair_queue",
     FENCED_ACQUIRE => "fenced_acquire" with "common",
-    READ_ACQUIRE => "read_acquire" with "common",
-    READ_RELEASE => "read_release" with "common", "instant", "release", "publish",
+    READ_ACQUIRE => "read_acquire" with "common", "read_keys",
+    READ_RELEASE => "read_release" with "common", "instant", "release", "publish", "read_keys",
     READ_FORCE_RELEASE => "read_force_release" with "publish",
-    READ_RENEW_BATCH => "read_renew_batch" with "common", "instant",
+    READ_RENEW_BATCH => "read_renew_batch" with "common", "instant", "read_keys",
     READ_LOCKED => "read_locked",
     WRITE_ACQUIRE => "write_acquire" with "common",
     WRITE_RELEASE => "write_release" with "common", "release", "publish",
     WRITE_FORCE_RELEASE => "write_force_release" with "publish",
-    INSPECT => "inspect",
+    INSPECT => "inspect" with "read_keys",
 }
 
 #[cfg(test)]
