@@ -10,6 +10,7 @@ use tokio::time::Instant;
 
 use fred::types::Value;
 
+use crate::backoff::{queue_exit_pause, Pace};
 use crate::error::Error;
 #[cfg(doc)]
 use crate::guard::LockGuard;
@@ -24,7 +25,6 @@ use crate::script::{
     BoxFuture, Call, FAIR_ACQUIRE, FAIR_ACQUIRE_FAILED, FAIR_FORCE_RELEASE, FAIR_RELEASE,
 };
 use crate::time::{epoch_millis, millis};
-use crate::wait::backoff::{queue_exit_pause, Pace};
 use crate::wait::Wait;
 
 /// A reentrant distributed lock granted in order of arrival: FIFO, with a per-waiter

@@ -4,6 +4,7 @@
 #![deny(rustdoc::broken_intra_doc_links)]
 
 mod attempt;
+mod backoff;
 #[cfg(feature = "blocking")]
 pub mod blocking;
 mod client;
@@ -34,6 +35,7 @@ mod wait;
 mod waiters;
 mod watchdog;
 
+pub use backoff::Backoff;
 pub use client::{LockClient, LockClientBuilder};
 pub use error::{Error, Result};
 pub use fair_lock::FairLock;
@@ -46,7 +48,7 @@ pub use owner::LockOwner;
 pub use pubsub::PubSubMode;
 pub use rw_lock::{ReadGuard, ReadWriteLock, WriteGuard};
 pub use spin_lock::SpinLock;
-pub use wait::{Backoff, WaitStrategy};
+pub use wait::WaitStrategy;
 
 /// The Redis client this crate runs on, re-exported so that its configuration types can be
 /// named without a separate dependency.

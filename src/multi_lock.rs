@@ -10,6 +10,7 @@ use std::time::Duration;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
+use crate::backoff::between;
 use crate::error::{Error, Result};
 use crate::fair_lock::FairLock;
 use crate::fenced_lock::FencedLock;
@@ -21,7 +22,6 @@ use crate::owner::LockOwner;
 use crate::rw_lock::ReadWriteLock;
 use crate::spin_lock::SpinLock;
 use crate::time::deadline_after;
-use crate::wait::backoff::between;
 use crate::wait::Wait;
 
 /// One lock of a multi-lock: any exclusive kind (plain, fair, fenced, spin, non-reentrant),

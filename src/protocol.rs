@@ -14,12 +14,12 @@ use fred::types::Value;
 use parking_lot::Mutex;
 
 use crate::attempt::{Attempt, Reply, Taken};
+use crate::backoff::Pace;
 use crate::engine::Engine;
 use crate::error::{map_redis_error, Result};
 use crate::keys::{LockKeys, Str};
 use crate::owner::LockOwner;
 use crate::script::{static_arg, BoxFuture, Call, Script};
-use crate::wait::backoff::Pace;
 use crate::wait::{Wait, WaitStrategy};
 use crate::watchdog::{HoldKey, Renew};
 

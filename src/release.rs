@@ -7,6 +7,7 @@ use std::time::Duration;
 use fred::types::Value;
 use tracing::Instrument;
 
+use crate::backoff::{release_resend_pause, RELEASE_SENDS};
 use crate::engine::Engine;
 use crate::error::{Error, Result};
 use crate::latches::Latch;
@@ -16,7 +17,6 @@ use crate::protocol::Target;
 use crate::replicas::Confirmation;
 use crate::script::nil_or_int;
 use crate::time::millis;
-use crate::wait::backoff::{release_resend_pause, RELEASE_SENDS};
 
 /// What a release did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

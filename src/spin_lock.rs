@@ -1,6 +1,7 @@
 //! The spin lock: Redisson's `RSpinLock` (protocol §8.1): the reentrant lock's hold,
 //! waited for by back-off instead of pub/sub, released without a message.
 
+use crate::backoff::Backoff;
 #[cfg(doc)]
 use crate::guard::LockGuard;
 use crate::handle::{exclusive_lock, Handle};
@@ -10,7 +11,7 @@ use crate::lock::{acquire_call, force_release_call, release_call};
 use crate::owner::LockOwner;
 use crate::protocol::{Protocol, Target};
 use crate::script::Call;
-use crate::wait::{Backoff, Wait, WaitStrategy};
+use crate::wait::{Wait, WaitStrategy};
 
 /// A reentrant distributed lock without pub/sub: waiters poll with a back-off, and releases
 /// publish nothing. Shared with Java's `RSpinLock` of the same name.

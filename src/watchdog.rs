@@ -31,11 +31,11 @@ use tokio::sync::Notify;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
+use crate::backoff::renewal_retry;
 use crate::keys::Str;
 use crate::observe;
 use crate::script::{Call, ScriptRunner, READ_RENEW_BATCH, RENEW_BATCH};
 use crate::time::millis;
-use crate::wait::backoff::renewal_retry;
 
 /// At most this many plain holds are renewed by one script. Redis runs nothing else while a
 /// script runs, so this bounds how long other commands wait behind one: a plain hold costs

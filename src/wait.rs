@@ -1,8 +1,6 @@
 //! Waiting: the wait loop every lock kind shares (protocol §3.9, §3.10), and how a waiter
 //! learns it may try again (pub/sub wake-ups, or spinning by a back-off, §8.1). Every
-//! pause between two tries lives in [`backoff`].
-
-pub(crate) mod backoff;
+//! pause between two tries lives in [`backoff`](crate::backoff).
 
 use std::future::Future;
 use std::time::Duration;
@@ -10,15 +8,13 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::attempt::Attempt;
+use crate::backoff::{Backoff, Delays, OUTAGE_BACKOFF, POLL_WITHOUT_MESSAGES};
 use crate::engine::Engine;
 use crate::error::{Error, Result};
 use crate::observe;
 use crate::pubsub::Subscription;
 use crate::time::deadline_after;
 use crate::waiters::{Moment, Ticket};
-use backoff::{Delays, OUTAGE_BACKOFF, POLL_WITHOUT_MESSAGES};
-
-pub use backoff::Backoff;
 
 /// How a waiting call (`lock`, `try_lock_for`) learns that it may try again.
 ///
