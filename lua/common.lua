@@ -12,14 +12,24 @@ local function valid_ms(text)
     return text
 end
 
+-- Makes `key` live at least `ttl` ms (text) from now, never less than it already does. The
+-- TTL is read before it is set, so Redis's clock moving in between only lengthens it.
+local function extend(key, ttl)
+    if redis.call('pttl', key) < tonumber(ttl) then
+        redis.call('pexpire', key, ttl)
+    end
+end
+
 -- One more hold of `owner` (a new hold, a re-entry, or a reader joining): the count grows
 -- by one and the key lives at least `lease` ms from now, never less than before, since the
 -- owner's other holds (or other readers) may need longer. `new_key`: the key did not exist,
 -- so its TTL is set without reading it. Returns the new count.
 local function add_hold(key, owner, lease, new_key)
     local count = redis.call('hincrby', key, owner, '1')
-    if new_key or redis.call('pttl', key) < tonumber(lease) then
+    if new_key then
         redis.call('pexpire', key, lease)
+    else
+        extend(key, lease)
     end
     return count
 end

@@ -38,9 +38,7 @@ if not mode then
 end
 if mode == 'read' or (mode == 'write' and redis.call('hexists', key, owner .. ':write') == 1) then
     local n = redis.call('hincrby', key, owner, '1')
-    if redis.call('pttl', key) < tonumber(lease) then
-        redis.call('pexpire', key, lease)
-    end
+    extend(key, lease)
     redis.call('set', owner_prefix .. ':' .. n, 1, 'px', lease)
     return {1, n}
 end

@@ -26,9 +26,9 @@
 -- In read mode the hash never expires after its latest reader's timeout key. An acquire that
 -- gives the hash its lease (the first reader, or one whose lease outlasts the hash's TTL) sets
 -- the hash's TTL before the key's, so that the key ends with the hash or, as Redis's clock
--- moves while a script runs, a millisecond after it. A renewal gives the hash and the renewed
--- keys one instant, and a recompute sets the latest, each reading the server's clock once
--- (instant.lua). A hash that ended after its latest key would make that key's release look
+-- moves while a script runs, a millisecond after it. A renewal likewise extends the hash
+-- before the renewed keys (never shortening any), and a recompute sets the latest, reading
+-- the server's clock once (instant.lua). A hash that ended after its latest key would make that key's release look
 -- like an earlier reader's, and skip the purge of dead readers. (A recompute's instant is read
 -- before the keys' TTLs, so it never ends after the latest key.) So a recompute cannot change
 -- the TTL while another live hold's key expires no sooner than the hash; the TTL then stays as
@@ -45,8 +45,8 @@
 -- write mode (a writer that also reads), always scan in full, as Java does.
 --
 -- Deliberate difference from Java: where the hash's expiry is not its latest reader's, a
--- full scan would have moved it. A renewal (ours or Java's) can set the hash below a reader
--- holding a longer fixed lease, a writer that downgrades leaves its own TTL, and Java's
+-- full scan would have moved it. Java's renewal can set the hash below a reader holding a
+-- longer fixed lease, a writer that downgrades leaves its own TTL, and Java's
 -- scripts set TTLs by PEXPIRE, one after the other (a hash can end a millisecond after the
 -- key Java gave the same lease); a full scan
 -- would raise the TTL to that reader's key, or lower it to the latest live key, or delete

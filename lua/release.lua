@@ -48,11 +48,17 @@ local function latch_claim(latch, ttl, request, outcome)
 end
 
 -- One hold of `field` fewer. While others remain, the key lives `lease` ms from now: what
--- the caller computed that the owner's other holds need. Returns how many remain.
-local function drop_hold(key, field, lease)
+-- the caller computed that the owner's other holds of `field` need; with `keep_longer`
+-- (holds under another field need what the TTL gives them now), at least that long.
+-- Returns how many remain.
+local function drop_hold(key, field, lease, keep_longer)
     local left = redis.call('hincrby', key, field, '-1')
     if left > 0 then
-        redis.call('pexpire', key, lease)
+        if keep_longer then
+            extend(key, lease)
+        else
+            redis.call('pexpire', key, lease)
+        end
     end
     return left
 end

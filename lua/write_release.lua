@@ -4,14 +4,16 @@
 -- KEYS[2]  channel redisson_rwlock:{<raw>}
 -- KEYS[3]  unlock latch redisson_unlock_latch:{<raw>}:<id>
 -- ARGV[1]  write unlock message, always "1" (wakes every waiter of each client)
--- ARGV[2]  lease in ms that a partial release resets the TTL to
--- ARGV[3]  the owner's write field <client uuid>:<owner id>:write
+-- ARGV[2]  lease in ms that a partial release resets the TTL to (only ever lengthens it while
+--          the owner also holds read holds)
+-- ARGV[3]  the owner's write field <client uuid>:<owner id>:write (its read field is the
+--          same without ":write")
 -- ARGV[4]  how to tell waiters: publish, spublish or both (see publish.lua)
 -- ARGV[5]  latch TTL in ms
 -- ARGV[6]  request id of this release, the same for every send of it
 --
 -- Reply: nil when the owner holds no write hold; 0 when write holds remain (re-entered; the
---        TTL is reset to the lease); 1 when the last write hold was released: the lock was
+--        TTL is reset as ARGV[2] says); 1 when the last write hold was released: the lock was
 --        deleted and the message published, or, when the owner still has read holds
 --        (downgrade), the mode became read.
 -- A retry with the same request id replays the first reply from the latch.
@@ -49,7 +51,9 @@ if replayed then
     return reply
 end
 if outcome == 0 then
-    drop_hold(key, write_owner, lease)
+    -- Read holds the owner took while writing need the TTL they have: it may only grow.
+    local read_owner = string.sub(write_owner, 1, -#':write' - 1)
+    drop_hold(key, write_owner, lease, redis.call('hexists', key, read_owner) == 1)
 elseif outcome == 1 then
     -- Only the mode and this field: the lock is free. Otherwise the owner's read holds stay.
     if redis.call('hlen', key) == 2 then

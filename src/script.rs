@@ -266,7 +266,7 @@ scripts! {
     READ_ACQUIRE => "read_acquire" with "common", "read_keys",
     READ_RELEASE => "read_release" with "common", "instant", "release", "publish", "read_keys",
     READ_FORCE_RELEASE => "read_force_release" with "publish",
-    READ_RENEW_BATCH => "read_renew_batch" with "common", "instant", "read_keys",
+    READ_RENEW_BATCH => "read_renew_batch" with "common", "read_keys",
     READ_LOCKED => "read_locked",
     WRITE_ACQUIRE => "write_acquire" with "common",
     WRITE_RELEASE => "write_release" with "common", "release", "publish",

@@ -118,7 +118,8 @@ impl Waiters {
     /// been lost.
     pub(crate) fn wake(&self, at: Moment, wake: Wake) {
         let mut queue = self.state.lock();
-        queue.last_wake = Some(at);
+        // Wake-ups from outside the pub/sub task (a shutdown) may arrive out of order.
+        queue.last_wake = queue.last_wake.max(Some(at));
         match wake {
             Wake::One => queue.wake_one(),
             Wake::All => {
@@ -351,6 +352,12 @@ mod tests {
         waiters.wake(clock.tick(), Wake::One);
         assert!(waiters.join(Some(looked)).1);
         assert!(!waiters.join(Some(clock.now())).1);
+
+        // Wake-ups delivered out of order: the latest counts.
+        let (earlier, later) = (clock.tick(), clock.tick());
+        waiters.wake(later, Wake::All);
+        waiters.wake(earlier, Wake::One);
+        assert!(waiters.join(Some(earlier)).1, "woken after the look");
 
         // Being subscribed again: messages may not arrive.
         waiters.set_confirmed(None);

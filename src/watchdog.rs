@@ -255,16 +255,35 @@ impl Entry {
     }
 
     /// How long the key must live for this entry's holds: the watchdog timeout while one is
-    /// renewed, else until the last fixed lease ends; `None` when no hold is known.
+    /// renewed, and until the last fixed lease ends, whichever is longer; `None` when no
+    /// hold is known.
     fn longest(&self, timeout: Duration, now: Instant) -> Option<Duration> {
+        Self::longest_of(self.renewed > 0, self.fixed.iter().max(), timeout, now)
+    }
+
+    /// [`longest`](Self::longest) once [`Watchdog::release_one`] has ended one of them.
+    fn longest_after_release_one(&self, timeout: Duration, now: Instant) -> Option<Duration> {
         if self.renewed > 0 {
-            return Some(timeout);
+            return Self::longest_of(self.renewed > 1, self.fixed.iter().max(), timeout, now);
         }
-        let end = self.fixed.iter().max()?;
-        Some(
+        // The fixed lease that ends first goes: the others end no later than the last.
+        let last = (self.fixed.len() > 1)
+            .then(|| self.fixed.iter().max())
+            .flatten();
+        Self::longest_of(false, last, timeout, now)
+    }
+
+    fn longest_of(
+        renewed: bool,
+        last_fixed_end: Option<&Instant>,
+        timeout: Duration,
+        now: Instant,
+    ) -> Option<Duration> {
+        let fixed = last_fixed_end.map(|end| {
             end.saturating_duration_since(now)
-                .max(Duration::from_millis(1)),
-        )
+                .max(Duration::from_millis(1))
+        });
+        fixed.max(renewed.then_some(timeout))
     }
 
     fn remove_fixed(&mut self, end: Instant) {
@@ -518,20 +537,24 @@ impl Watchdog {
     }
 
     /// For a release without a guard (`Lock::unlock`): the hold as it is now, to be named
-    /// when the reply arrives, and how long the key must live for the owner's holds.
+    /// when the reply arrives, and how long the key must live for the owner's holds that
+    /// remain after it (see [`release_one`](Self::release_one)).
     pub(crate) fn plan_unlock(&self, key: &HoldKey) -> (Option<u64>, Option<Duration>) {
         let registry = self.registry.lock();
         match registry.holds.get_key_value(key) {
-            Some((Registered(hold), entry)) => {
-                (Some(hold.id), entry.longest(self.timeout, Instant::now()))
-            }
+            Some((Registered(hold), entry)) => (
+                Some(hold.id),
+                entry.longest_after_release_one(self.timeout, Instant::now()),
+            ),
             None => (None, None),
         }
     }
 
     /// How long the key of `key` must live for the holds this client knows of.
     pub(crate) fn keep_alive(&self, key: &HoldKey) -> Option<Duration> {
-        self.plan_unlock(key).1
+        let registry = self.registry.lock();
+        let entry = registry.holds.get(key)?;
+        entry.longest(self.timeout, Instant::now())
     }
 
     /// The registrations of every hold of `key`, as `(hold, generation)`.

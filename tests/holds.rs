@@ -428,3 +428,113 @@ async fn a_partial_release_keeps_the_key_for_the_longest_fixed_hold() {
         assert_eq!(server.command(&["EXISTS", &name]), "0", "{kind:?}");
     }
 }
+
+/// Waits until the watchdog has renewed at least once since `scripts` (an `evalsha_calls`
+/// reading): the client of `client()` renews every 300 ms, and nothing else runs scripts.
+async fn a_renewal_ran(server: &RedisServer, scripts: u64) {
+    scripts_reach(server, scripts + 1).await;
+}
+
+#[tokio::test]
+async fn a_watchdog_hold_never_cuts_the_owners_longer_fixed_hold_short() {
+    let server = RedisServer::start();
+    let c = client(&server).await; // 900 ms watchdog lease, renewed every 300 ms
+    let me = c.new_owner();
+    for kind in KINDS.into_iter().filter(|k| k.reentrant()) {
+        let name = format!("fixed-under-watchdog-{kind:?}");
+        let long = kind.take(&c, &name, &me, fixed(60_000)).await.unwrap();
+        let renewed = kind.take(&c, &name, &me, Lease::WATCHDOG).await.unwrap();
+        let inner = kind.take(&c, &name, &me, Lease::WATCHDOG).await.unwrap();
+        a_renewal_ran(&server, evalsha_calls(&server)).await;
+        let ttl = pttl(&server, &name);
+        assert!(ttl > 30_000, "{kind:?}: TTL {ttl} after a renewal");
+        inner.unlock().await.unwrap();
+        let ttl = pttl(&server, &name);
+        assert!(
+            ttl > 30_000,
+            "{kind:?}: TTL {ttl} after a renewed hold's release"
+        );
+        renewed.unlock().await.unwrap();
+        let ttl = pttl(&server, &name);
+        assert!(
+            ttl > 30_000,
+            "{kind:?}: TTL {ttl} after the last renewed hold's release"
+        );
+        long.unlock().await.unwrap();
+        assert_eq!(server.command(&["EXISTS", &name]), "0", "{kind:?}");
+    }
+}
+
+#[tokio::test]
+async fn a_renewed_reader_never_cuts_another_readers_longer_fixed_hold_short() {
+    let server = RedisServer::start();
+    let c = client(&server).await;
+    let (long_owner, renewed_owner, writer) = (c.new_owner(), c.new_owner(), c.new_owner());
+    let lock = c.read_write_lock("fixed-reader").unwrap();
+    let long = lock
+        .clone()
+        .with_lease(fixed(60_000))
+        .read(&long_owner)
+        .await
+        .unwrap();
+    let renewed = lock.read(&renewed_owner).await.unwrap();
+    a_renewal_ran(&server, evalsha_calls(&server)).await;
+    let ttl = pttl(&server, "fixed-reader");
+    assert!(ttl > 30_000, "TTL {ttl} after a renewal");
+    renewed.unlock().await.unwrap();
+    let ttl = pttl(&server, "fixed-reader");
+    assert!(ttl > 30_000, "TTL {ttl} after the renewed reader's release");
+    assert!(lock.try_write(&writer).await.unwrap().is_none());
+    long.unlock().await.unwrap();
+    assert_eq!(server.command(&["EXISTS", "fixed-reader"]), "0");
+}
+
+#[tokio::test]
+async fn releasing_write_holds_never_cuts_the_owners_longer_read_hold_short() {
+    let server = RedisServer::start();
+    let c = client(&server).await;
+    let (me, writer) = (c.new_owner(), c.new_owner());
+    let lock = c.read_write_lock("downgraded").unwrap();
+    let outer = lock.write(&me).await.unwrap();
+    let inner = lock.write(&me).await.unwrap();
+    let read = lock
+        .clone()
+        .with_lease(fixed(60_000))
+        .read(&me)
+        .await
+        .unwrap();
+    a_renewal_ran(&server, evalsha_calls(&server)).await;
+    let ttl = pttl(&server, "downgraded");
+    assert!(ttl > 30_000, "TTL {ttl} after a renewal of the write hold");
+    inner.unlock().await.unwrap();
+    let ttl = pttl(&server, "downgraded");
+    assert!(ttl > 30_000, "TTL {ttl} after a partial write release");
+    outer.unlock().await.unwrap();
+    let ttl = pttl(&server, "downgraded");
+    assert!(ttl > 30_000, "TTL {ttl} after the last write release");
+    assert!(lock.try_write(&writer).await.unwrap().is_none());
+    read.unlock().await.unwrap();
+    assert_eq!(server.command(&["EXISTS", "downgraded"]), "0");
+}
+
+#[tokio::test]
+async fn an_unlock_by_owner_keeps_the_key_for_the_owners_other_holds() {
+    let server = RedisServer::start();
+    let c = client(&server).await;
+    let me = c.new_owner();
+    let lock = c.lock("by-owner").unwrap();
+    lock.clone()
+        .with_lease(fixed(60_000))
+        .lock(&me)
+        .await
+        .unwrap()
+        .detach();
+    lock.lock(&me).await.unwrap().detach();
+    // Ends the renewed hold (see `Lock::unlock`): the fixed one is left.
+    lock.unlock(&me).await.unwrap();
+    assert_eq!(lock.hold_count(&me).await.unwrap(), 1);
+    let ttl = pttl(&server, "by-owner");
+    assert!(ttl > 30_000, "TTL {ttl} after the renewed hold's release");
+    lock.unlock(&me).await.unwrap();
+    assert_eq!(server.command(&["EXISTS", "by-owner"]), "0");
+}
