@@ -247,6 +247,8 @@ struct Entry {
     /// A read hold (renewed by its own script): known here, the round need not read the
     /// hold's record for it.
     reader: bool,
+    /// When the first acquire reply of this hold was filed.
+    filed_at: Instant,
 }
 
 impl Entry {
@@ -415,6 +417,12 @@ impl Watchdog {
     /// hold of the owner, so any hold still recorded is one that was lost meanwhile: its
     /// guards are told, and it is replaced. So is a hold whose watchdog lease ran out, which
     /// its guards may have reported lost already.
+    ///
+    /// Tasks sharing an owner file their replies in any order, not the server's. A hold
+    /// first filed after this command was sent may be a re-entry the server ran after it,
+    /// into the hold this command made: then it is this hold, and stays. (Had the server
+    /// run it first, that hold was lost within one round trip: by a fixed lease that short,
+    /// which its guards know has ended, or by someone deleting the key in that instant.)
     pub(crate) fn register(
         &self,
         key: HoldKey,
@@ -425,8 +433,13 @@ impl Watchdog {
         let mut registry = self.registry.lock();
         let now = self.clock.now();
         let current = registry.hold(&key).cloned();
+        let filed_since_sent = |registry: &Registry| {
+            (registry.holds.get(&key)).is_some_and(|entry| entry.filed_at > sent_at)
+        };
         let (hold, entry) = match current {
-            Some(hold) if !new_hold && hold.standing.holds_at(now) => {
+            Some(hold)
+                if hold.standing.holds_at(now) && (!new_hold || filed_since_sent(&registry)) =>
+            {
                 let entry = registry.holds.get_mut(&key).expect("registered");
                 (hold, entry)
             }
@@ -454,6 +467,7 @@ impl Watchdog {
                         fixed: Vec::new(),
                         slot,
                         reader,
+                        filed_at: Instant::now(),
                     });
                 (hold, entry)
             }

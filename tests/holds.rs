@@ -538,3 +538,32 @@ async fn an_unlock_by_owner_keeps_the_key_for_the_owners_other_holds() {
     lock.unlock(&me).await.unwrap();
     assert_eq!(server.command(&["EXISTS", "by-owner"]), "0");
 }
+
+/// Tasks sharing one owner re-enter each other's holds. Their acquire replies reach the
+/// registry in any order, not the server's: a re-entry registered before the new hold it
+/// re-entered must not make that new hold look like a replacement of a lost one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tasks_sharing_an_owner_keep_their_holds_whatever_order_the_replies_arrive_in() {
+    let server = RedisServer::start();
+    let c = long_watchdog_client(&server).await;
+    let lock = c.lock("shared-owner").unwrap();
+    let owner = c.new_owner();
+    let tasks: Vec<_> = (0..8)
+        .map(|_| {
+            let (lock, owner) = (lock.clone(), owner.clone());
+            tokio::spawn(async move {
+                for _ in 0..1_000 {
+                    let guard = lock.lock(&owner).await.unwrap();
+                    assert!(!guard.is_lease_lost(), "a live hold reported lost");
+                    tokio::task::yield_now().await;
+                    guard.unlock().await.unwrap();
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.unwrap();
+    }
+    assert_eq!(server.command(&["EXISTS", "shared-owner"]), "0");
+    assert_eq!(c.renewed_holds(), 0);
+}
