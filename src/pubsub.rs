@@ -259,8 +259,9 @@ impl PubSub {
             messages: subscriber.message_rx(),
             reconnects: subscriber.reconnect_rx(),
             cluster_changes: subscriber.cluster_change_rx(),
-            watch_topology: clustered && (choice.redecided || choice.current().sharded),
+            watch_topology: clustered,
             masters: primaries(&subscriber),
+            classic_master: None,
             subscriber,
             redis,
             choice: choice.clone(),
@@ -390,12 +391,14 @@ struct Task {
     messages: broadcast::Receiver<fred::types::Message>,
     reconnects: broadcast::Receiver<Server>,
     cluster_changes: broadcast::Receiver<Vec<ClusterStateChange>>,
-    /// Whether the cluster's slot map is followed: sharded subscriptions live on masters,
-    /// which a slot move or a failover takes them from, and `Auto` is decided again when
-    /// the masters change.
+    /// Whether the cluster's slot map is followed: subscriptions live on masters, which a
+    /// slot move, a failover or a node taken out of the cluster takes them from, and `Auto`
+    /// is decided again when the masters change.
     watch_topology: bool,
     /// The cluster's masters when `Auto` was last decided, sorted.
     masters: Vec<Server>,
+    /// On a cluster, the master the classic subscriptions were last made on.
+    classic_master: Option<Server>,
 }
 
 /// The masters of the subscriber's slot map, sorted.
@@ -562,16 +565,10 @@ impl Task {
     }
 
     /// Subscribes `channels` and returns once the server confirmed it.
-    async fn subscribe_confirmed(&self, channels: &[Arc<str>]) -> Result<(), RedisError> {
+    async fn subscribe_confirmed(&mut self, channels: &[Arc<str>]) -> Result<(), RedisError> {
         let flavour = self.choice.current();
         if flavour.classic {
-            let names: Vec<String> = channels.iter().map(|c| c.to_string()).collect();
-            self.subscriber.subscribe(names).await?;
-            // fred returns before the server has processed SUBSCRIBE; a PING on the same
-            // connection (fred sends classic pub/sub commands of a cluster to one node) is
-            // answered after it.
-            let ping = CustomCommand::new_static("PING", self.classic_node(), false);
-            self.subscriber.custom::<Value, Value>(ping, vec![]).await?;
+            self.subscribe_classic(channels).await?;
         }
         if flavour.sharded {
             // One channel a command: channels of different slots may live on different
@@ -579,6 +576,23 @@ impl Task {
             for channel in channels {
                 self.ssubscribe(channel).await?;
             }
+        }
+        Ok(())
+    }
+
+    /// SUBSCRIBEs `channels`, returning once the server confirmed it, and notes on which
+    /// master of a cluster.
+    async fn subscribe_classic(&mut self, channels: &[Arc<str>]) -> Result<(), RedisError> {
+        let names: Vec<String> = channels.iter().map(|c| c.to_string()).collect();
+        self.subscriber.subscribe(names).await?;
+        // fred returns before the server has processed SUBSCRIBE; a PING on the same
+        // connection (fred sends classic pub/sub commands of a cluster to one node) is
+        // answered after it.
+        let ping = CustomCommand::new_static("PING", self.classic_node(), false);
+        self.subscriber.custom::<Value, Value>(ping, vec![]).await?;
+        if let ClusterHash::Custom(slot) = self.classic_node() {
+            let routing = self.subscriber.cached_cluster_state();
+            self.classic_master = routing.and_then(|routing| routing.get_server(slot).cloned());
         }
         Ok(())
     }
@@ -642,6 +656,33 @@ impl Task {
         }
         if subscribed && self.choice.current().sharded {
             self.follow_slots().await;
+        }
+        if subscribed && self.choice.current().classic {
+            self.follow_classic_master().await;
+        }
+    }
+
+    /// Subscribes again where the classic subscriptions' master is no master any more (a
+    /// node taken out of the cluster: fred drops it without a reconnect), and wakes every
+    /// waiter, who may have missed a release.
+    async fn follow_classic_master(&mut self) {
+        let Some(master) = &self.classic_master else {
+            return;
+        };
+        if primaries(&self.subscriber).contains(master) {
+            return;
+        }
+        tracing::debug!(%master, "the classic subscriptions' master left; subscribing again");
+        let subscribed = self.subscribed();
+        set_confirmed(&self.channels, &subscribed, None);
+        match self.subscribe_classic(&subscribed).await {
+            Ok(()) => {
+                let at = self.clock.tick();
+                set_confirmed(&self.channels, &subscribed, Some(at));
+                wake_all(&self.channels, at);
+            }
+            // The next look at the cluster tries again.
+            Err(error) => tracing::debug!(%error, "subscribing again failed; retrying"),
         }
     }
 
@@ -740,14 +781,41 @@ impl Task {
         }
     }
 
-    /// PINGs the connection while a channel is subscribed. On a dead connection the PING
-    /// gets no answer, fred closes the connection as unresponsive and makes a new one, and
-    /// [`resubscribe`](Task::resubscribe) follows.
+    /// PINGs each connection that holds subscriptions, while a channel is subscribed. On a
+    /// dead connection the PING gets no answer, fred closes the connection as unresponsive
+    /// and makes a new one, and [`resubscribe`](Task::resubscribe) follows.
     async fn check_connection(&self) {
-        let subscribed = self.channels.lock().values().any(|entry| entry.subscribed);
-        if subscribed {
-            if let Err(error) = self.subscriber.ping::<Value>(None).await {
-                tracing::debug!(%error, "the subscriber connection did not answer a PING");
+        let flavour = self.choice.current();
+        let mut targets = Vec::new();
+        {
+            let channels = self.channels.lock();
+            let subscribed: Vec<_> = channels.iter().filter(|(_, e)| e.subscribed).collect();
+            if subscribed.is_empty() {
+                return;
+            }
+            if !self.subscriber.is_clustered() {
+                targets.push(ClusterHash::Random);
+            } else {
+                if flavour.classic {
+                    targets.push(self.classic_node());
+                }
+                if flavour.sharded {
+                    // One channel of each master that holds sharded subscriptions.
+                    let mut masters = Vec::new();
+                    for (name, entry) in subscribed {
+                        if entry.node.is_some() && !masters.contains(&&entry.node) {
+                            masters.push(&entry.node);
+                            let slot = fred::util::redis_keyslot(name.as_bytes());
+                            targets.push(ClusterHash::Custom(slot));
+                        }
+                    }
+                }
+            }
+        }
+        for target in targets {
+            let ping = CustomCommand::new_static("PING", target, false);
+            if let Err(error) = self.subscriber.custom::<Value, Value>(ping, vec![]).await {
+                tracing::debug!(%error, "a subscriber connection did not answer a PING");
             }
         }
     }

@@ -80,17 +80,27 @@ impl Running {
 
     /// The next line whose `event` is `event`, skipping others; within 10 s.
     fn next_event(&self, event: &str) -> Value {
+        let [line] = self.next_events([event]);
+        line
+    }
+
+    /// The next line of each of `events`, whatever their order, skipping others; within
+    /// 10 s.
+    fn next_events<const N: usize>(&self, events: [&str; N]) -> [Value; N] {
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        loop {
+        let mut found: [Option<Value>; N] = std::array::from_fn(|_| None);
+        while found.iter().any(Option::is_none) {
             let left = deadline.saturating_duration_since(std::time::Instant::now());
             let line = self
                 .lines
                 .recv_timeout(left)
-                .unwrap_or_else(|_| panic!("no {event:?} line within 10 s"));
-            if line["event"] == event {
-                return line;
+                .unwrap_or_else(|_| panic!("no {events:?} lines within 10 s"));
+            let at = events.iter().position(|event| line["event"] == *event);
+            if let Some(at) = at.filter(|&at| found[at].is_none()) {
+                found[at] = Some(line);
             }
         }
+        found.map(Option::unwrap)
     }
 
     /// Sends SIGINT, as Ctrl-C does, and waits for the exit code.
@@ -455,12 +465,14 @@ async fn watch_follows_acquisitions_releases_and_messages() {
         .unlock(&java_lock_owner(57))
         .await
         .unwrap();
-    let message = tokio::task::block_in_place(|| watching.next_event("message"));
+    // The message and the state the watch reads come over two connections: either may be
+    // reported first.
+    let [message, released] =
+        tokio::task::block_in_place(|| watching.next_events(["message", "released"]));
     assert_eq!(
         (message["channel"].as_str(), message["payload"].as_str()),
         (Some(lock_channel("cli:watched").as_str()), Some("0"))
     );
-    let released = tokio::task::block_in_place(|| watching.next_event("released"));
     assert_eq!(released["field"], JAVA_OWNER);
     assert_eq!(tokio::task::block_in_place(|| watching.interrupt()), 0);
     rust.shutdown().await;

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use fred::prelude::*;
 use redisson_lock::{LockClient, LockClientBuilder, PubSubMode};
-use support::topology::{settle, shared_cluster, Cluster};
+use support::topology::{settle, shared_cluster, Cluster, ClusterNode};
 use support::*;
 
 /// A client of `cluster` whose holds outlive the test unless released: a waiter can only
@@ -336,4 +336,50 @@ async fn multi_lock_members_on_many_slots_and_clusters() {
         .expect("a majority is free");
     red_guard.unlock().await.unwrap();
     settle("nothing left", || true);
+}
+
+/// The master holding a classic subscriber of `channel` (classic subscriptions are local to
+/// a node of a cluster).
+fn classic_subscriber_node(cluster: &Cluster, channel: &str) -> Option<ClusterNode> {
+    cluster.nodes().into_iter().filter(|n| n.master).find(|n| {
+        let reply = cluster
+            .server(n.port)
+            .command(&["PUBSUB", "NUMSUB", channel]);
+        reply.lines().last().unwrap().parse::<u64>().unwrap() >= 1
+    })
+}
+
+/// A node taken out of the cluster: its slots move to another master, which makes it that
+/// master's replica, and then it stops. The client keeps no connection to it and gets no
+/// reconnect; classic subscriptions made on it are made again on a master, and the waiter
+/// still wakes on the release.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn classic_waiters_follow_their_subscriptions_off_a_node_taken_out() {
+    let mut cluster = Cluster::start();
+    let holder = cluster_client(&cluster, PubSubMode::Classic).await;
+    let waiter = cluster_client(&cluster, PubSubMode::Classic).await;
+    let (me, other) = (holder.new_owner(), waiter.new_owner());
+    let name = "taken-out";
+    let guard = holder.lock(name).unwrap().lock(&me).await.unwrap();
+    let waiting = tokio::spawn(waiter.lock(name).unwrap().lock(&other));
+    let channel = lock_channel(name);
+    let mut node = None;
+    eventually(WAKE, "a classic subscriber", || {
+        node = classic_subscriber_node(&cluster, &channel);
+        node.is_some()
+    })
+    .await;
+    let node = node.unwrap();
+    let to = (cluster.nodes().into_iter())
+        .find(|n| n.master && n.id != node.id)
+        .unwrap();
+    cluster.empty_master(&node, &to);
+    eventually(WAKE, "a subscriber on a master", || {
+        classic_subscriber_node(&cluster, &channel).is_some_and(|n| n.id != node.id)
+    })
+    .await;
+    let at = cluster.servers.iter().position(|s| s.port() == node.port);
+    cluster.servers[at.unwrap()].kill();
+    guard.unlock().await.unwrap();
+    woken_and_released("the waiter after its node was taken out", waiting).await;
 }

@@ -211,6 +211,31 @@ impl Cluster {
         });
     }
 
+    /// Moves every slot of the master `from` to the master `to` with `redis-cli --cluster
+    /// reshard`, as when a node is taken out of a cluster, and waits until every node sees
+    /// `from` without slots.
+    pub fn empty_master(&self, from: &ClusterNode, to: &ClusterNode) {
+        let slots: u32 = from.slots.iter().map(|(a, b)| u32::from(b - a) + 1).sum();
+        let output = Command::new(ensure_installed("redis-cli", "redis-tools"))
+            .args(["--cluster", "reshard", &format!("127.0.0.1:{}", from.port)])
+            .args(["--cluster-from", &from.id, "--cluster-to", &to.id])
+            .args(["--cluster-slots", &slots.to_string(), "--cluster-yes"])
+            .output()
+            .expect("redis-cli runs");
+        assert!(
+            output.status.success(),
+            "redis-cli --cluster reshard failed: {}",
+            String::from_utf8_lossy(&output.stdout)
+        );
+        settle("every node to see the emptied master without slots", || {
+            self.servers.iter().all(|s| {
+                parse_nodes(&s.command(&["CLUSTER", "NODES"]))
+                    .iter()
+                    .any(|n| n.id == from.id && n.slots.is_empty())
+            })
+        });
+    }
+
     /// Promotes the replica of the master serving `slot` with `CLUSTER FAILOVER` (the old
     /// master steps down in agreement) and waits until the cluster is healthy again.
     /// Returns the new master.
