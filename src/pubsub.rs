@@ -262,6 +262,7 @@ impl PubSub {
             watch_topology: clustered,
             masters: primaries(&subscriber),
             classic_master: None,
+            resubscribe_failed: false,
             subscriber,
             redis,
             choice: choice.clone(),
@@ -399,6 +400,8 @@ struct Task {
     masters: Vec<Server>,
     /// On a cluster, the master the classic subscriptions were last made on.
     classic_master: Option<Server>,
+    /// Subscribing again after a reconnect failed: the next heartbeat tries again.
+    resubscribe_failed: bool,
 }
 
 /// The masters of the subscriber's slot map, sorted.
@@ -452,7 +455,13 @@ impl Task {
                 _ = sleep_until_first(&self.lingering), if !self.lingering.is_empty() => {
                     self.expire_idle().await;
                 }
-                _ = heartbeat.tick() => self.check_connection().await,
+                _ = heartbeat.tick() => {
+                    if self.resubscribe_failed {
+                        self.subscribe_again().await;
+                    } else {
+                        self.check_connection().await;
+                    }
+                }
                 request = requests.recv() => match request {
                     Some(request) => {
                         let mut batch = vec![request];
@@ -823,13 +832,24 @@ impl Task {
     /// After a reconnect the server has forgotten our channels and messages may have been
     /// lost: subscribe again, then let every waiter check the lock.
     async fn resubscribe(&mut self) {
+        observe::pubsub_reconnected(self.subscribed().len());
+        self.subscribe_again().await;
+    }
+
+    /// Subscribes every subscribed channel again, then lets every waiter check the lock.
+    /// When the server refuses (a permission, a cluster that is down), the next heartbeat
+    /// tries again.
+    async fn subscribe_again(&mut self) {
         let subscribed = self.subscribed();
-        observe::pubsub_reconnected(subscribed.len());
+        self.resubscribe_failed = false;
         if !subscribed.is_empty() {
             set_confirmed(&self.channels, &subscribed, None);
             match self.subscribe_confirmed(&subscribed).await {
                 Ok(()) => set_confirmed(&self.channels, &subscribed, Some(self.clock.tick())),
-                Err(error) => tracing::warn!(%error, "resubscribing after a reconnect failed"),
+                Err(error) => {
+                    tracing::warn!(%error, "subscribing again after a reconnect failed; retrying");
+                    self.resubscribe_failed = true;
+                }
             }
         }
         wake_all(&self.channels, self.clock.tick());

@@ -172,6 +172,9 @@ where
                     }
                     ticket = Some(joined);
                     subscription = Some(sub);
+                    // A shutdown marks the client closed before it wakes every waiter: one
+                    // that woke the line before this waiter joined is seen here.
+                    engine.check_open()?;
                 }
                 Err(Error::Closed) => return Err(Error::Closed),
                 // Waiting still works without messages, only slower: poll and retry later.

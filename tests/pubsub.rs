@@ -249,3 +249,38 @@ async fn a_release_publishes_classically_where_spublish_is_missing() {
         (lock_channel("no-spublish"), "0".to_string())
     );
 }
+
+/// A subscription the server refuses after a reconnect (here its user lost the right to the
+/// channels, then got it back) is asked for again, not left undone until the next reconnect.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_resubscription_is_retried() {
+    let server = RedisServer::start();
+    let acl = ["ACL", "SETUSER", "waiter", "on", ">pw", "~*", "&*", "+@all"];
+    assert_eq!(server.command(&acl), "OK");
+    let url = format!("redis://waiter:pw@127.0.0.1:{}", server.port());
+    let waiter = client_with(&server, |b| b.url(&url)).await; // heartbeat every 300 ms
+    let holder = long_watchdog_client(&server).await;
+    let name = "refused-resubscription";
+    let guard = holder
+        .lock(name)
+        .unwrap()
+        .lock(&holder.new_owner())
+        .await
+        .unwrap();
+    let waiting = tokio::spawn(waiter.lock(name).unwrap().lock(&waiter.new_owner()));
+    let channel = lock_channel(name);
+    subscribed(&server, &channel).await;
+
+    // Redis 7 disconnects a subscriber whose user loses its channels: the reconnect's
+    // SUBSCRIBE is refused, as the ACL log shows.
+    server.command(&["ACL", "LOG", "RESET"]);
+    server.command(&["ACL", "SETUSER", "waiter", "resetchannels"]);
+    eventually(10 * SECOND, "a refused SUBSCRIBE", || {
+        server.command(&["ACL", "LOG"]).contains(&channel)
+    })
+    .await;
+    server.command(&["ACL", "SETUSER", "waiter", "allchannels"]);
+    subscribed(&server, &channel).await;
+    guard.unlock().await.unwrap();
+    woken_and_released("the waiter after its resubscription", waiting).await;
+}
