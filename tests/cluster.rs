@@ -1,6 +1,6 @@
 //! Every lock kind on a 3-master + 3-replica Redis Cluster: exclusion, wake-ups across
-//! clients, the pub/sub modes, and holds and waiters that live through a slot migration and
-//! a master failover.
+//! clients, the pub/sub modes, and holds and waiters that live through a slot migration, a
+//! master failover and a node taken out of the cluster.
 
 mod support;
 
