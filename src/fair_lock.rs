@@ -20,7 +20,7 @@ use crate::keys::{LockKeys, UNLOCK_MESSAGE};
 #[cfg(doc)]
 use crate::lock::Lock;
 use crate::owner::LockOwner;
-use crate::protocol::{Exit, Place, Protocol, Target};
+use crate::protocol::{Exit, OnTheWire, Place, Protocol, Target};
 use crate::script::{
     BoxFuture, Call, FAIR_ACQUIRE, FAIR_ACQUIRE_FAILED, FAIR_FORCE_RELEASE, FAIR_RELEASE,
 };
@@ -174,9 +174,12 @@ impl Protocol for Fair {
 
     fn line_up(&self, lock: &Arc<Target>, owner: &LockOwner, wait: Wait) -> Option<Place> {
         let wait_ms = Fair::wait_ms(lock, wait);
+        let on_the_wire = OnTheWire::default();
+        let exit = QueueExit::arm(lock.clone(), owner.clone(), wait_ms, on_the_wire.clone());
         Some(Place {
             pace: Pace::new(wait_ms),
-            exit: Box::new(QueueExit::arm(lock.clone(), owner.clone(), wait_ms)),
+            exit: Box::new(exit),
+            on_the_wire,
         })
     }
 }
@@ -187,10 +190,11 @@ impl Protocol for Fair {
 /// the waiter is registered with the client, whose shutdown takes it out of the queue (it
 /// can no longer leave on its own then).
 ///
-/// An acquire script still on the wire when the future is dropped is sent before the
-/// leave script on the same connection, so it runs first; if it took the lock, it already
-/// left the queue, the leave script finds nothing to do, and the attempt's
-/// [`InFlight`](crate::attempt::InFlight) releases the hold.
+/// The leave script is sent only once every acquire script of the waiter is answered, so it
+/// runs after them, even one sent late (after reading the replica count, or after loading
+/// its script again); if that one took the lock, it already left the queue, the leave
+/// script finds nothing to do, and the attempt's [`InFlight`](crate::attempt::InFlight)
+/// releases the hold.
 struct QueueExit {
     armed: Option<Armed>,
 }
@@ -201,11 +205,13 @@ struct Armed {
     wait_ms: i64,
     /// Its registration with the client (see `Engine::queue_exits`).
     id: u64,
+    on_the_wire: OnTheWire,
 }
 
 impl QueueExit {
-    /// Arms the exit of `owner`, which is about to join `lock`'s queue with wait `wait_ms`.
-    fn arm(lock: Arc<Target>, owner: LockOwner, wait_ms: i64) -> QueueExit {
+    /// Arms the exit of `owner`, which is about to join `lock`'s queue with wait `wait_ms`
+    /// by the attempts `on_the_wire` follows.
+    fn arm(lock: Arc<Target>, owner: LockOwner, wait_ms: i64, on_the_wire: OnTheWire) -> QueueExit {
         let id = lock
             .engine
             .queue_exits
@@ -216,6 +222,7 @@ impl QueueExit {
                 owner,
                 wait_ms,
                 id,
+                on_the_wire,
             }),
         }
     }
@@ -232,7 +239,9 @@ impl Exit for QueueExit {
         let armed = self.armed.take();
         Box::pin(async move {
             if let Some(armed) = armed {
-                leave(&armed).await;
+                // In a task of its own, so that the exit completes even if the caller
+                // stops waiting for it.
+                let _ = tokio::spawn(async move { leave(&armed).await }).await;
             }
         })
     }
@@ -253,16 +262,18 @@ impl Drop for QueueExit {
     }
 }
 
-/// Takes the waiter out of the queue. A send that fails (Redis unreachable, writes paused,
-/// the connection being made again) is tried again until the waiter's place would have
-/// lapsed by itself: running the exit twice is harmless.
+/// Takes the waiter out of the queue, once its attempts are answered. A send that fails
+/// (Redis unreachable, writes paused, the connection being made again) is tried again until
+/// the waiter's place would have lapsed by itself: running the exit twice is harmless.
 async fn leave(armed: &Armed) {
     let Armed {
         lock,
         owner,
         wait_ms,
         id,
+        on_the_wire,
     } = armed;
+    on_the_wire.drained().await;
     let lapses = Instant::now() + Duration::from_millis(u64::try_from(*wait_ms).unwrap_or(0));
     let mut sent = 1;
     loop {

@@ -20,7 +20,7 @@ use crate::guard::{Finishing, Lease, LockGuard, Renewal};
 use crate::keys::LockKeys;
 use crate::observe::{self, Since};
 use crate::owner::LockOwner;
-use crate::protocol::{Place, Protocol, Target};
+use crate::protocol::{OnTheWire, Place, Protocol, Target};
 use crate::release::{release, release_settled, replicated, By, Released};
 use crate::time::millis;
 use crate::wait::{self, Wait, WaitStrategy, Wake};
@@ -164,7 +164,7 @@ impl Handle {
         let lease_ms = self.lease.millis(engine);
         let deadline = match wait {
             Wait::Once => {
-                return Ok(match self.attempt(owner, lease_ms, wait, false).await? {
+                return Ok(match self.attempt(owner, lease_ms, wait, None).await? {
                     Attempt::Acquired(guard) => Some(guard),
                     Attempt::Busy { .. } => None,
                 })
@@ -179,11 +179,19 @@ impl Handle {
         };
         // A kind whose waiters line up is in the line from the first attempt on: whatever
         // ends the wait without the lock (deadline, error, drop) takes it out at once.
-        let Some(Place { pace, exit }) = self.lock.kind.line_up(&self.lock, owner, wait) else {
-            let attempt = || self.attempt(owner, lease_ms, wait, false);
+        let Some(Place {
+            pace,
+            exit,
+            on_the_wire,
+        }) = self.lock.kind.line_up(&self.lock, owner, wait)
+        else {
+            let attempt = || self.attempt(owner, lease_ms, wait, None);
             return wait::acquire(engine, wake, deadline, attempt).await;
         };
-        let attempt = || async { Ok(pace.pace(self.attempt(owner, lease_ms, wait, true).await?)) };
+        let attempt = || async {
+            let attempted = self.attempt(owner, lease_ms, wait, Some(&on_the_wire));
+            Ok(pace.pace(attempted.await?))
+        };
         match wait::acquire(engine, wake, deadline, attempt).await {
             Ok(Some(guard)) => {
                 exit.disarm();
@@ -200,18 +208,19 @@ impl Handle {
 
     /// Sends one acquire script; on success registers the hold and builds its guard in the
     /// same poll, so no cancellation point separates the reply from the guard. `queued`:
-    /// the attempt may put the owner in a line, so it holds the client's permit for that
-    /// (see `Engine::queueing_permit`).
+    /// the attempt may put the owner in a line, so until its reply it holds the client's
+    /// permit for that (see `Engine::queueing_permit`) and keeps the waiter's exit waiting.
     fn attempt(
         &self,
         owner: &LockOwner,
         lease_ms: i64,
         wait: Wait,
-        queued: bool,
+        queued: Option<&OnTheWire>,
     ) -> impl Future<Output = Result<Attempt<LockGuard>>> + Send + 'static {
         let sent_at = Instant::now();
         let lock = &self.lock;
-        let permit = queued.then(|| lock.engine.queueing_permit());
+        let permit = queued.map(|wire| (lock.engine.queueing_permit(), wire.enter()));
+        let permit = permit.map(|(client, waiter)| client.map(|client| (client, waiter)));
         let call = lock.kind.acquire(lock, owner, lease_ms, wait);
         let script = call.script;
         let in_flight = InFlight::new(

@@ -12,6 +12,7 @@ use fred::error::Error as RedisError;
 use fred::interfaces::HashesInterface;
 use fred::types::Value;
 use parking_lot::Mutex;
+use tokio::sync::{OwnedRwLockReadGuard, RwLock};
 
 use crate::attempt::{Attempt, Reply, Taken};
 use crate::backoff::Pace;
@@ -147,6 +148,27 @@ pub(crate) struct Place {
     /// Takes the waiter out of the line unless disarmed: at once when awaited, in the
     /// background when dropped.
     pub(crate) exit: Box<dyn Exit>,
+    /// The waiter's attempts on the wire, which its exit waits for.
+    pub(crate) on_the_wire: OnTheWire,
+}
+
+/// The acquire attempts of one waiter in a line that are on the wire. Its exit waits for
+/// them: an attempt sent late (after reading the replica count, or after loading its script
+/// again) and answered after the exit would put the waiter back in the line for good.
+#[derive(Clone, Default)]
+pub(crate) struct OnTheWire(Arc<RwLock<()>>);
+
+impl OnTheWire {
+    /// Held by an attempt until its reply is in (in the background when its caller gave
+    /// up); `None` once the exit has begun, when no attempt is made any more.
+    pub(crate) fn enter(&self) -> Option<OwnedRwLockReadGuard<()>> {
+        self.0.clone().try_read_owned().ok()
+    }
+
+    /// Returns once no attempt is on the wire.
+    pub(crate) async fn drained(&self) {
+        drop(self.0.write().await);
+    }
 }
 
 /// Takes a waiter out of its line; dropping it does so in the background.

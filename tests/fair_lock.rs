@@ -1081,3 +1081,57 @@ async fn shutdown_while_waiters_join_leaves_no_queue_entry() {
     }
     held.unlock().await.unwrap();
 }
+
+/// A waiter whose future is dropped while its acquire script still has to be sent: the
+/// attempt goes on in the background, and the exit waits for it. Otherwise the exit would
+/// run first, and the late acquire would queue the waiter again for good, holding up every
+/// waiter behind it until its deadline.
+async fn a_dropped_waiter_leaves_after_its_late_attempt(
+    name: &str,
+    make_it_late: impl FnOnce(&RedisServer),
+) {
+    let server = RedisServer::start();
+    let c = client(&server).await;
+    let lock = c.fair_lock(name).unwrap();
+    let held = (lock.clone().with_lease(fixed(30_000)))
+        .lock(&c.new_owner())
+        .await
+        .unwrap();
+    make_it_late(&server);
+    let scripts = evalsha_calls(&server);
+    server.command(&["CLIENT", "PAUSE", "1000", "ALL"]);
+    let waiter = c.new_owner();
+    let dropped = tokio::time::timeout(Duration::from_millis(300), lock.lock(&waiter)).await;
+    assert!(dropped.is_err(), "the lock is held");
+    // The acquire, then the exit.
+    scripts_reach(&server, scripts + 2).await;
+    assert!(
+        !queued(&server, name).contains(&waiter.to_string()),
+        "the dropped waiter is still queued"
+    );
+    held.unlock().await.unwrap();
+}
+
+/// The acquire script is not cached (a restart, a failover): it is answered NOSCRIPT,
+/// loaded and sent again, after the caller gave up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_dropped_before_its_acquire_is_sent_again_leaves_the_queue() {
+    a_dropped_waiter_leaves_after_its_late_attempt("resent-acquire", |server| {
+        server.command(&["SCRIPT", "FLUSH"]);
+        server.command(&["SCRIPT", "LOAD", &lua("fair_acquire_failed")]);
+    })
+    .await;
+}
+
+/// With the replica check on (the default), an attempt reads the replica count first when
+/// the count it read last is over a second old, and sends its script after the answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_dropped_while_its_replica_count_is_read_leaves_the_queue() {
+    a_dropped_waiter_leaves_after_its_late_attempt("count-read-first", |server| {
+        // The exit's script is cached, as in a process where a waiter left a queue before.
+        server.command(&["SCRIPT", "LOAD", &lua("fair_acquire_failed")]);
+        // The count read while taking the hold goes stale.
+        std::thread::sleep(Duration::from_millis(1_200));
+    })
+    .await;
+}
