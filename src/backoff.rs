@@ -240,6 +240,12 @@ pub(crate) fn renewal_retry(now: Instant, expires: Instant) -> Instant {
     halfway.max(now + Duration::from_millis(50))
 }
 
+/// The pause before a multi-lock's next round after one in which a member failed with an
+/// error or no answer.
+pub(crate) fn failed_round_pause() -> Duration {
+    between(Duration::from_millis(20), Duration::from_millis(60))
+}
+
 /// A duration drawn from `[low, high)` (the multi-lock's pause between rounds).
 pub(crate) fn between(low: Duration, high: Duration) -> Duration {
     let span = u64::try_from(high.saturating_sub(low).as_millis())

@@ -10,7 +10,7 @@ use std::time::Duration;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
-use crate::backoff::between;
+use crate::backoff::{between, failed_round_pause};
 use crate::error::{Error, Result};
 use crate::fair_lock::FairLock;
 use crate::fenced_lock::FencedLock;
@@ -265,16 +265,18 @@ impl MultiLock {
     async fn acquire(&self, owner: &LockOwner, wait: Duration) -> Result<Option<MultiLockGuard>> {
         let n = self.members.len();
         let allowed_failures = n - self.needed();
-        let start = Instant::now();
         let deadline = if wait.is_zero() {
             None
         } else {
             Some(deadline_after(wait)?)
         };
         loop {
+            // A fixed lease's validity counts from the start of the round that took it.
+            let start = Instant::now();
             let mut taken: Vec<LockGuard> = Vec::with_capacity(n);
             let mut failures_left = allowed_failures;
             let mut round_failed = false;
+            let mut member_failed = false;
             for member in &self.members {
                 let member = member.clone().with_lease(self.lease);
                 let outcome = match deadline {
@@ -292,6 +294,7 @@ impl MultiLock {
                         bounded(member.acquire(owner, limit), Some(member_wait)).await
                     }
                 };
+                member_failed |= matches!(outcome, Err(Failure::Unreachable));
                 match outcome {
                     Ok(Some(guard)) => taken.push(guard),
                     Ok(None) | Err(Failure::Unreachable) => {
@@ -338,7 +341,14 @@ impl MultiLock {
             }
             release_all(taken).await;
             match deadline {
-                Some(deadline) if Instant::now() < deadline => continue,
+                Some(deadline) if Instant::now() < deadline => {
+                    if member_failed {
+                        // An error comes back at once: pause, rather than go round as fast
+                        // as the servers answer.
+                        let left = deadline.saturating_duration_since(Instant::now());
+                        tokio::time::sleep(failed_round_pause().min(left)).await;
+                    }
+                }
                 _ => return Ok(None),
             }
         }
@@ -447,9 +457,11 @@ impl fmt::Debug for RedLock {
 
 /// Why a member was not taken.
 enum Failure {
-    /// Its server did not answer in time: counts as a member not acquired.
+    /// Its server did not answer in time, or answered with an error: counts as a member
+    /// not acquired.
     Unreachable,
-    /// A mistake of the caller's (a wait too long to represent, a shut-down client): stop.
+    /// A mistake of the caller's (a wait too long to represent, a shut-down client, a
+    /// non-reentrant member its owner holds already, a key of another type): stop.
     Fatal(Error),
 }
 
@@ -470,9 +482,13 @@ async fn bounded(
     };
     match outcome {
         Ok(guard) => Ok(guard),
-        Err(error @ (Error::InvalidArgument(_) | Error::Closed | Error::WrongType { .. })) => {
-            Err(Failure::Fatal(error))
-        }
+        Err(
+            error @ (Error::InvalidArgument(_)
+            | Error::Closed
+            | Error::WrongType { .. }
+            | Error::WouldDeadlock(_)
+            | Error::UnexpectedReply { .. }),
+        ) => Err(Failure::Fatal(error)),
         Err(error) => {
             tracing::debug!(%error, "multi-lock member not acquired");
             Err(Failure::Unreachable)

@@ -4,7 +4,7 @@ mod support;
 
 use std::time::Duration;
 
-use redisson_lock::{LockClient, MultiLock, MultiMember, RedLock};
+use redisson_lock::{Error, LockClient, MultiLock, MultiMember, RedLock};
 use support::*;
 
 async fn servers(n: usize) -> (Vec<RedisServer>, Vec<LockClient>) {
@@ -270,4 +270,42 @@ async fn a_redlock_with_a_fixed_lease_reports_its_validity() {
     assert!(validity <= Duration::from_millis(29_698), "{validity:?}");
     assert!(validity > Duration::from_secs(20), "{validity:?}");
     guard.unlock().await.unwrap();
+}
+
+/// A fixed lease's validity counts from the round that took the members: a first round
+/// that waits longer than the lease (a member held elsewhere) leaves later rounds their
+/// whole lease.
+#[tokio::test]
+async fn a_redlock_round_after_a_slow_one_still_takes_the_lock() {
+    let server = RedisServer::start();
+    let c = client(&server).await;
+    // Held by another owner for 800 ms, then expires.
+    (c.lock("slow-a").unwrap().with_lease(fixed(800)))
+        .lock(&c.new_owner())
+        .await
+        .unwrap()
+        .detach();
+    let red = RedLock::new([c.lock("slow-a").unwrap(), c.lock("slow-b").unwrap()])
+        .unwrap()
+        .with_lease(fixed(500));
+    let guard = red.try_lock_for(&c.new_owner(), Duration::from_secs(4)).await;
+    assert!(guard.unwrap().is_some(), "both members were free after 0.8 s");
+}
+
+/// A member that can never be taken by this owner (a non-reentrant lock it holds) is the
+/// caller's mistake: an error at once, not rounds until the wait runs out, nor forever.
+#[tokio::test]
+async fn a_non_reentrant_member_the_owner_holds_is_an_error() {
+    let server = RedisServer::start();
+    let c = client(&server).await;
+    let me = c.new_owner();
+    let member = c.non_reentrant_lock("held-by-me").unwrap();
+    let _held = member.lock(&me).await.unwrap();
+    let multi = MultiLock::new([member.clone()]).unwrap();
+    let scripts = evalsha_calls(&server);
+    let outcome = multi.try_lock_for(&me, Duration::from_secs(1)).await;
+    assert!(matches!(outcome, Err(Error::WouldDeadlock(_))), "{outcome:?}");
+    assert!(evalsha_calls(&server) - scripts < 10, "no rounds after the error");
+    let outcome = within(WAKE, "lock()", multi.lock(&me)).await;
+    assert!(matches!(outcome, Err(Error::WouldDeadlock(_))), "{outcome:?}");
 }
