@@ -16,7 +16,7 @@ use fred::clients::Client;
 use fred::error::{Error as RedisError, ErrorKind};
 use fred::interfaces::{ClientLike, ClusterInterface};
 use fred::types::cluster::ClusterRouting;
-use fred::types::config::Server;
+use fred::types::config::{Options, Server};
 use fred::types::{ClusterHash, CustomCommand, Value};
 use parking_lot::Mutex;
 use tokio::sync::oneshot;
@@ -73,7 +73,13 @@ impl Request {
             Value::from(self.replicas),
             Value::from(millis(self.timeout)),
         ];
-        self.redis.custom(wait, args).await
+        // Sent once: resent on a new connection, which wrote nothing, a WAIT would count
+        // replicas that never got the writes it stands for.
+        let once = Options {
+            max_attempts: Some(1),
+            ..Default::default()
+        };
+        self.redis.with_options(&once).custom(wait, args).await
     }
 }
 

@@ -288,8 +288,13 @@ async fn a_redlock_round_after_a_slow_one_still_takes_the_lock() {
     let red = RedLock::new([c.lock("slow-a").unwrap(), c.lock("slow-b").unwrap()])
         .unwrap()
         .with_lease(fixed(500));
-    let guard = red.try_lock_for(&c.new_owner(), Duration::from_secs(4)).await;
-    assert!(guard.unwrap().is_some(), "both members were free after 0.8 s");
+    let guard = red
+        .try_lock_for(&c.new_owner(), Duration::from_secs(4))
+        .await;
+    assert!(
+        guard.unwrap().is_some(),
+        "both members were free after 0.8 s"
+    );
 }
 
 /// A member that can never be taken by this owner (a non-reentrant lock it holds) is the
@@ -304,8 +309,17 @@ async fn a_non_reentrant_member_the_owner_holds_is_an_error() {
     let multi = MultiLock::new([member.clone()]).unwrap();
     let scripts = evalsha_calls(&server);
     let outcome = multi.try_lock_for(&me, Duration::from_secs(1)).await;
-    assert!(matches!(outcome, Err(Error::WouldDeadlock(_))), "{outcome:?}");
-    assert!(evalsha_calls(&server) - scripts < 10, "no rounds after the error");
+    assert!(
+        matches!(outcome, Err(Error::WouldDeadlock(_))),
+        "{outcome:?}"
+    );
+    assert!(
+        evalsha_calls(&server) - scripts < 10,
+        "no rounds after the error"
+    );
     let outcome = within(WAKE, "lock()", multi.lock(&me)).await;
-    assert!(matches!(outcome, Err(Error::WouldDeadlock(_))), "{outcome:?}");
+    assert!(
+        matches!(outcome, Err(Error::WouldDeadlock(_))),
+        "{outcome:?}"
+    );
 }

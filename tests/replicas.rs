@@ -281,3 +281,65 @@ async fn a_replica_cut_off_from_its_master_confirms_nothing() {
     })
     .await;
 }
+
+/// `server`'s process id.
+fn process_id(server: &RedisServer) -> String {
+    let info = server.command(&["INFO", "server"]);
+    let pid = info
+        .lines()
+        .find_map(|line| line.strip_prefix("process_id:"));
+    pid.unwrap().trim().to_owned()
+}
+
+/// Sends `signal` to the process `pid`: a replica stopped (`-STOP`) acknowledges nothing
+/// from the moment this returns, until it is continued (`-CONT`).
+fn signal(pid: &str, signal: &str) {
+    let status = std::process::Command::new("kill")
+        .args([signal, pid])
+        .status();
+    assert!(status.unwrap().success());
+}
+
+/// The connection drops while a WAIT behind an acquisition is blocked on a stopped replica.
+/// The WAIT is not sent again on the new connection: there, having written nothing, it
+/// would be answered at once on Redis 7.2 and later, confirming a write no replica has.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wait_cut_off_by_a_reconnect_confirms_nothing() {
+    let (master, replica) = replicated();
+    let c = client_of(&master, |b| {
+        b.wait_for_replicas(Some(Duration::from_secs(2)))
+    })
+    .await;
+    let (lock, me) = (c.lock("cut-off-wait").unwrap(), c.new_owner());
+    // Learn that the master has a replica.
+    lock.lock(&me).await.unwrap().unlock().await.unwrap();
+
+    let replica_pid = process_id(&replica);
+    signal(&replica_pid, "-STOP");
+    let attempt = tokio::spawn({
+        let (lock, me) = (lock.clone(), me.clone());
+        async move { lock.try_lock(&me).await }
+    });
+    let mut blocked = None;
+    eventually(
+        Duration::from_secs(5),
+        "a WAIT blocked on the master",
+        || {
+            let clients = master.command(&["CLIENT", "LIST"]);
+            blocked = (clients.lines())
+                .find(|line| line.contains("cmd=wait"))
+                .and_then(|line| line.strip_prefix("id="))
+                .and_then(|line| line.split(' ').next())
+                .map(String::from);
+            blocked.is_some()
+        },
+    )
+    .await;
+    master.command(&["CLIENT", "KILL", "ID", &blocked.unwrap()]);
+    let outcome = within(WAKE, "the acquisition", attempt).await.unwrap();
+    signal(&replica_pid, "-CONT");
+    assert!(
+        !matches!(outcome, Ok(Some(_))),
+        "held, though no replica has the write: {outcome:?}"
+    );
+}
