@@ -16,6 +16,7 @@ use tokio::sync::{watch, OwnedRwLockReadGuard, RwLock};
 use uuid::Uuid;
 
 use crate::error::{map_redis_error, Error, Result};
+use crate::keys::Str;
 use crate::latches::Latches;
 use crate::owner::LockOwner;
 use crate::pubsub::{Choice, PubSub};
@@ -76,20 +77,47 @@ pub(crate) struct QueueExits {
 
 #[derive(Default)]
 struct Registry {
-    waiters: HashMap<u64, Call>,
+    waiters: HashMap<u64, QueuedWaiter>,
     /// Shutdown took the waiters: from then on nobody can join a queue, and nothing is kept.
     taken: bool,
 }
 
+/// A waiter in a fair queue: the place it waits for (tasks sharing an owner share one), and
+/// the script that takes that place out.
+struct QueuedWaiter {
+    place: Str,
+    leave: Call,
+    leaving: bool,
+}
+
 impl QueueExits {
-    /// Registers a waiter about to join a queue; `leave` takes it out again.
-    pub(crate) fn register(&self, leave: Call) -> u64 {
+    /// Registers a waiter about to join a queue at `place` (the queue and the owner); `leave`
+    /// takes it out again.
+    pub(crate) fn register(&self, place: Str, leave: Call) -> u64 {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let mut registry = self.registry.lock();
         if !registry.taken {
-            registry.waiters.insert(id, leave);
+            let waiter = QueuedWaiter {
+                place,
+                leave,
+                leaving: false,
+            };
+            registry.waiters.insert(id, waiter);
         }
         id
+    }
+
+    /// Waiter `id` gives up: whether its place must be taken out of the queue, which is so
+    /// unless another task of the same owner still waits for it.
+    pub(crate) fn leaving(&self, id: u64) -> bool {
+        let mut registry = self.registry.lock();
+        let Some(place) = registry.waiters.get_mut(&id).map(|waiter| {
+            waiter.leaving = true;
+            waiter.place.clone()
+        }) else {
+            return true;
+        };
+        !(registry.waiters.values()).any(|waiter| waiter.place == place && !waiter.leaving)
     }
 
     /// The waiter got the lock or left the queue.
@@ -100,7 +128,11 @@ impl QueueExits {
     fn take_all(&self) -> Vec<Call> {
         let mut registry = self.registry.lock();
         registry.taken = true;
-        registry.waiters.drain().map(|(_, leave)| leave).collect()
+        registry
+            .waiters
+            .drain()
+            .map(|(_, waiter)| waiter.leave)
+            .collect()
     }
 }
 

@@ -212,10 +212,10 @@ impl QueueExit {
     /// Arms the exit of `owner`, which is about to join `lock`'s queue with wait `wait_ms`
     /// by the attempts `on_the_wire` follows.
     fn arm(lock: Arc<Target>, owner: LockOwner, wait_ms: i64, on_the_wire: OnTheWire) -> QueueExit {
-        let id = lock
-            .engine
-            .queue_exits
-            .register(Fair::leave_call(&lock, &owner, wait_ms));
+        // Tasks sharing an owner share its place in the queue.
+        let place = format!("{}\0{}", lock.keys.fair_queue(), owner).into();
+        let leave = Fair::leave_call(&lock, &owner, wait_ms);
+        let id = lock.engine.queue_exits.register(place, leave);
         QueueExit {
             armed: Some(Armed {
                 lock,
@@ -274,6 +274,11 @@ async fn leave(armed: &Armed) {
         on_the_wire,
     } = armed;
     on_the_wire.drained().await;
+    if !lock.engine.queue_exits.leaving(*id) {
+        // Another task of the owner still waits for the place.
+        lock.engine.queue_exits.unregister(*id);
+        return;
+    }
     let lapses = Instant::now() + Duration::from_millis(u64::try_from(*wait_ms).unwrap_or(0));
     let mut sent = 1;
     loop {

@@ -1135,3 +1135,47 @@ async fn a_waiter_dropped_while_its_replica_count_is_read_leaves_the_queue() {
     })
     .await;
 }
+
+/// Tasks sharing an owner share its place in the queue: one that gives up leaves the place
+/// to the other, which keeps its turn ahead of a waiter that came later.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_giving_up_leaves_its_owners_place_to_the_others() {
+    let server = RedisServer::start();
+    let c = client(&server).await;
+    let name = "shared-place";
+    let lock = c.fair_lock(name).unwrap();
+    let held = (lock.clone().with_lease(fixed(30_000)))
+        .lock(&c.new_owner())
+        .await
+        .unwrap();
+    let (owner, later) = (c.new_owner(), c.new_owner());
+    let giving_up = tokio::spawn(lock.try_lock_for(&owner, Duration::from_millis(800)));
+    eventually(5 * SECOND, "the owner queued", || {
+        queued(&server, name).len() == 1
+    })
+    .await;
+    let scripts = evalsha_calls(&server);
+    let staying = tokio::spawn(lock.lock(&owner));
+    scripts_reach(&server, scripts + 1).await;
+    let last = tokio::spawn(lock.lock(&later));
+    eventually(5 * SECOND, "the later waiter queued", || {
+        queued(&server, name).len() == 2
+    })
+    .await;
+    assert!(giving_up.await.unwrap().unwrap().is_none());
+    // Its exit has run: the place stays, first.
+    assert_eq!(
+        queued(&server, name),
+        [owner.to_string(), later.to_string()],
+        "the owner lost its place"
+    );
+    held.unlock().await.unwrap();
+    within(WAKE, "the owner's staying task", staying)
+        .await
+        .unwrap()
+        .unwrap()
+        .unlock()
+        .await
+        .unwrap();
+    woken_and_released("the later waiter", last).await;
+}
