@@ -1170,12 +1170,6 @@ async fn a_task_giving_up_leaves_its_owners_place_to_the_others() {
         "the owner lost its place"
     );
     held.unlock().await.unwrap();
-    within(WAKE, "the owner's staying task", staying)
-        .await
-        .unwrap()
-        .unwrap()
-        .unlock()
-        .await
-        .unwrap();
+    woken_and_released("the owner's staying task", staying).await;
     woken_and_released("the later waiter", last).await;
 }
