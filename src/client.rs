@@ -23,6 +23,7 @@ use crate::non_reentrant::{NonReentrantFairLock, NonReentrantLock};
 use crate::observe;
 use crate::owner::LockOwner;
 use crate::pubsub::{sharded_supported, Choice, PubSubMode};
+use crate::redirect;
 use crate::rw_lock::ReadWriteLock;
 use crate::spin_lock::SpinLock;
 
@@ -202,7 +203,8 @@ impl LockClient {
     }
 
     /// The fred client that runs this client's commands, for anything this crate does not
-    /// cover.
+    /// cover. (On a cluster the lock scripts go through a client of their own, which
+    /// follows the cluster's redirections the way they need.)
     pub fn redis(&self) -> &Client {
         &self.engine.redis
     }
@@ -354,6 +356,8 @@ impl LockClientBuilder {
     /// one is made with `redis`'s configuration. Give `redis` a reconnect policy, or it will
     /// not reconnect, and an unresponsive timeout (`ConnectionConfig::unresponsive`), or a
     /// half-open connection is never replaced. `redis` stays open after [`LockClient::shutdown`]: it is yours.
+    /// On a cluster the lock scripts go through one more client made with `redis`'s
+    /// configuration, which this client closes at shutdown (see the topology guide).
     pub fn clients(mut self, redis: Client, subscriber: Option<SubscriberClient>) -> Self {
         self.source = Source::Clients(redis, subscriber);
         self
@@ -527,6 +531,11 @@ impl LockClientBuilder {
             }
         };
         let clustered = redis.is_clustered();
+        let script_client = if clustered {
+            Some(redirect::script_client(&redis).await?)
+        } else {
+            None
+        };
         let sharded_supported = match (self.pubsub_mode, clustered) {
             (PubSubMode::Classic, _) | (PubSubMode::Auto, false) => false,
             _ => sharded_supported(&redis).await?,
@@ -540,9 +549,19 @@ impl LockClientBuilder {
             renew_by_slot: self.renew_by_slot.unwrap_or(clustered),
             replica_wait,
         };
-        let engine = Engine::start(redis, subscriber, settings, pubsub, owns_redis);
+        let engine = Engine::start(
+            redis,
+            script_client,
+            subscriber,
+            settings,
+            pubsub,
+            owns_redis,
+        );
         if owns_redis {
             observe::name_connection(&engine.redis, engine.client_id).await;
+        }
+        if clustered {
+            observe::name_connection(engine.scripts.client(), engine.client_id).await;
         }
         Ok(LockClient { engine })
     }

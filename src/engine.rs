@@ -42,6 +42,8 @@ pub(crate) struct Settings {
 
 pub(crate) struct Engine {
     pub(crate) redis: Client,
+    /// On a cluster, the client of the lock scripts, which this crate always made.
+    script_client: Option<Client>,
     pub(crate) scripts: ScriptRunner,
     pub(crate) client_id: Uuid,
     pub(crate) settings: Settings,
@@ -140,15 +142,21 @@ impl Engine {
     /// Builds the engine and starts its background tasks (pub/sub, watchdog, latches and,
     /// behind Sentinel, the failover watcher). `pubsub` is how waiters listen and releases
     /// publish.
+    /// `script_client`: on a cluster, the client the lock scripts go through (see
+    /// [`redirect`](crate::redirect)), which this engine quits on shutdown.
     pub(crate) fn start(
         redis: Client,
+        script_client: Option<Client>,
         subscriber: fred::clients::SubscriberClient,
         settings: Settings,
         pubsub: Choice,
         owns_redis: bool,
     ) -> Arc<Engine> {
         let (shutdown, shutdown_rx) = watch::channel(false);
-        let scripts = ScriptRunner::new(redis.clone(), settings.command_timeout);
+        let scripts = ScriptRunner::new(
+            script_client.clone().unwrap_or_else(|| redis.clone()),
+            settings.command_timeout,
+        );
         let watchdog = Watchdog::new(settings.watchdog_timeout, settings.renew_by_slot);
         tokio::spawn(watchdog.clone().run(scripts.clone()));
         let latches = Latches::new();
@@ -161,6 +169,7 @@ impl Engine {
         let server = format!("{:?}", redis.client_config().server);
         Arc::new(Engine {
             redis,
+            script_client,
             scripts,
             client_id: Uuid::new_v4(),
             settings,
@@ -240,7 +249,7 @@ impl Engine {
         self.check_open()?;
         let (reply, confirmation) = self
             .replicas
-            .run(&self.scripts, &self.redis, call, key)
+            .run(&self.scripts, self.scripts.client(), call, key)
             .await;
         Ok((reply.map_err(|e| map_redis_error(e, name))?, confirmation))
     }
@@ -257,7 +266,7 @@ impl Engine {
         name: &str,
     ) -> Result<()> {
         (self.replicas)
-            .confirm(confirmation, &self.redis, key, name)
+            .confirm(confirmation, self.scripts.client(), key, name)
             .await
     }
 
@@ -306,6 +315,9 @@ impl Engine {
                 }
             }
         }
+        if let Some(scripts) = &self.script_client {
+            let _ = scripts.quit().await;
+        }
         if self.owns_redis {
             let _ = self.redis.quit().await;
         }
@@ -320,11 +332,22 @@ impl Drop for Engine {
         let already_closed = self.closed.swap(true, Ordering::AcqRel);
         self.watchdog.close();
         self.shutdown.send_replace(true);
-        if self.owns_redis && !already_closed {
-            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-                let redis = self.redis.clone();
-                runtime.spawn(async move { drop(redis.quit().await) });
-            }
+        if already_closed {
+            return;
+        }
+        let mut clients: Vec<Client> = self.script_client.iter().cloned().collect();
+        if self.owns_redis {
+            clients.push(self.redis.clone());
+        }
+        if clients.is_empty() {
+            return;
+        }
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                for client in clients {
+                    let _ = client.quit().await;
+                }
+            });
         }
     }
 }

@@ -24,6 +24,7 @@ mod observe;
 mod owner;
 mod protocol;
 mod pubsub;
+mod redirect;
 mod release;
 mod replicas;
 mod rw_lock;

@@ -1,11 +1,14 @@
 //! The Lua scripts of `lua/`, embedded at build time, and how they are sent: by EVALSHA,
-//! routed by their first key's slot, loaded on NOSCRIPT, never resent blindly.
+//! routed by their first key's slot, loaded on NOSCRIPT, following a cluster's
+//! redirections, never resent blindly.
 
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::OnceLock;
 use std::task::Poll;
 use std::time::Duration;
+
+use tokio::time::Instant;
 
 use fred::clients::{Client, WithOptions};
 use fred::error::Error as RedisError;
@@ -15,6 +18,7 @@ use fred::types::{ClusterHash, CustomCommand, Value};
 
 use crate::error::{is_noscript, Error, Result};
 use crate::keys::Str;
+use crate::redirect::{importing_master, is_redirected, send_asking, MAX_REDIRECTIONS};
 
 pub(crate) type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
 
@@ -130,19 +134,24 @@ impl ScriptRunner {
         }
     }
 
+    /// The client the scripts go through: a WAIT about a script's write must take the
+    /// same connection.
+    pub(crate) fn client(&self) -> &Client {
+        &self.redis
+    }
+
     /// Sends `script` once. fred never resends it on its own: a lock script that reached
     /// the server may have run, and running it twice would take or release a second hold.
-    /// Only NOSCRIPT (which proves the script did not run) leads to a load and one retry.
+    /// Only answers that prove the script did not run lead to another send: a cluster's
+    /// redirection (see [`redirect`](crate::redirect)), and NOSCRIPT, after a load.
     ///
     /// The future is boxed: fred's command futures are large, and every lock future that
     /// awaits a script would otherwise carry (and copy) kilobytes of their state.
     pub(crate) fn run(&self, call: Call) -> BoxFuture<Result<Value, RedisError>> {
         let send = self.sender(call);
         Box::pin(async move {
-            match send.once().await {
-                Err(error) if is_noscript(&error) => send.loaded().await,
-                reply => reply,
-            }
+            let reply = send.once().await;
+            send.settle(reply).await
         })
     }
 
@@ -167,7 +176,9 @@ impl ScriptRunner {
                 }
             };
             match tokio::join!(reply, behind) {
-                (Err(error), _) if is_noscript(&error) => (send.loaded().await, None),
+                (Err(error), _) if is_noscript(&error) || is_redirected(&error) => {
+                    (send.settle(Err(error)).await, None)
+                }
                 (reply, followed) => (reply, Some(followed)),
             }
         })
@@ -193,25 +204,83 @@ struct Evalsha {
 impl Evalsha {
     /// One EVALSHA.
     async fn once(&self) -> Result<Value, RedisError> {
+        let (command, argv) = self.command();
+        self.redis.custom::<Value, Value>(command, argv).await
+    }
+
+    /// The EVALSHA's command and arguments.
+    fn command(&self) -> (CustomCommand, Vec<Value>) {
         let command = CustomCommand::new_static("EVALSHA", ClusterHash::Custom(self.slot), false);
         let mut argv = Vec::with_capacity(1 + self.call.argv.len());
         argv.push(Value::String(self.call.script.sha().clone()));
         argv.extend_from_slice(&self.call.argv);
-        self.redis.custom::<Value, Value>(command, argv).await
+        (command, argv)
     }
 
-    /// After NOSCRIPT (which proves the script did not run): loads it, and sends it again.
-    async fn loaded(&self) -> Result<Value, RedisError> {
-        tracing::debug!(
-            script = self.call.script.name,
-            "script not cached by Redis; loading it"
-        );
-        // On the plain client: loading is harmless to retry, and fred may.
-        (*self.redis)
-            .script_load_cluster::<Value, _>(self.call.script.lua)
-            .await?;
-        self.once().await
+    /// The reply `first` made final: a redirected script is sent where the cluster says,
+    /// and one Redis did not have is loaded and sent again. Both answers prove it did not
+    /// run.
+    async fn settle(&self, first: Result<Value, RedisError>) -> Result<Value, RedisError> {
+        match self.follow(first).await {
+            Err(error) if is_noscript(&error) => {
+                tracing::debug!(
+                    script = self.call.script.name,
+                    "script not cached by Redis; loading it"
+                );
+                // On the plain client: loading is harmless to retry, and fred may.
+                (*self.redis)
+                    .script_load_cluster::<Value, _>(self.call.script.lua)
+                    .await?;
+                let again = self.once().await;
+                self.follow(again).await
+            }
+            reply => reply,
+        }
     }
+
+    /// Follows the redirections `reply` may be: to the importing master of a migrating
+    /// slot (with ASKING), or again by fred's slot map, which a MOVED brought up to date.
+    /// A script whose keys are split by a slot's migration (TRYAGAIN) is sent again after
+    /// a pause, until the migration ends or a command timeout has passed.
+    async fn follow(&self, mut reply: Result<Value, RedisError>) -> Result<Value, RedisError> {
+        let (mut redirections, mut pause) = (0, TRY_AGAIN_PAUSE.0);
+        let give_up = self.redis.options().timeout.map(|t| Instant::now() + t);
+        loop {
+            match &reply {
+                Err(error) if is_redirected(error) && redirections < MAX_REDIRECTIONS => {
+                    redirections += 1;
+                }
+                Err(error) if is_try_again(error) => {
+                    if give_up.is_some_and(|at| Instant::now() + pause >= at) {
+                        return reply;
+                    }
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(TRY_AGAIN_PAUSE.1);
+                    reply = self.once().await;
+                    continue;
+                }
+                _ => return reply,
+            }
+            reply = match importing_master(&self.redis, self.slot).await {
+                Some(target) => {
+                    tracing::debug!(script = self.call.script.name, %target, "following ASK");
+                    let (command, argv) = self.command();
+                    send_asking(&self.redis, self.redis.options(), target, command, argv).await
+                }
+                None => self.once().await,
+            };
+        }
+    }
+}
+
+/// The first and the longest pause before sending again a script refused with TRYAGAIN.
+const TRY_AGAIN_PAUSE: (Duration, Duration) =
+    (Duration::from_millis(5), Duration::from_millis(100));
+
+/// Whether a cluster node refused a script whose keys a slot's migration keeps apart (some
+/// moved, some not yet): it did not run.
+fn is_try_again(error: &RedisError) -> bool {
+    error.details().starts_with("TRYAGAIN")
 }
 
 /// Reads a script's nil-or-integer reply.

@@ -383,3 +383,99 @@ async fn classic_waiters_follow_their_subscriptions_off_a_node_taken_out() {
     guard.unlock().await.unwrap();
     woken_and_released("the waiter after its node was taken out", waiting).await;
 }
+
+/// A client that still routes a slot to its old master follows the `MOVED` its scripts
+/// get: the first release and the first acquire after a move run on the new master.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scripts_follow_a_slot_moved_behind_the_clients_back() {
+    let cluster = Cluster::start();
+    let client = cluster_client(&cluster, PubSubMode::Auto).await;
+    let me = client.new_owner();
+    let name = "moved";
+    let lock = client.lock(name).unwrap();
+    let slot = cluster.slot(name);
+    let guard = lock.lock(&me).await.unwrap();
+    cluster.migrate_slot(slot, &cluster.other_master(slot));
+    guard.unlock().await.expect("the release follows MOVED");
+    assert_eq!(pttl(cluster.master_of(name), name), -2);
+
+    cluster.migrate_slot(slot, &cluster.other_master(slot));
+    let guard = lock.try_lock(&me).await.expect("the acquire follows MOVED");
+    let guard = guard.expect("the lock is free");
+    assert!(pttl(cluster.master_of(name), name) > 0);
+    guard.unlock().await.unwrap();
+}
+
+/// While a slot migrates, its old master answers `ASK` for the keys it does not have (a
+/// hold already moved, a lock never taken); scripts follow it to the importing master. A
+/// hold taken there excludes another client's, and holds there are renewed and released.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scripts_follow_ask_while_a_slot_migrates() {
+    let cluster = Cluster::start();
+    let client = cluster_client_with(&cluster, |b| b.watchdog_timeout(3 * SECOND)).await;
+    let other = cluster_client(&cluster, PubSubMode::Auto).await;
+    let (me, them) = (client.new_owner(), other.new_owner());
+    let (moved, fresh) = ("{asked}held", "{asked}fresh");
+    let held = client.lock(moved).unwrap().lock(&me).await.unwrap();
+    let slot = cluster.slot(moved);
+    let to = cluster.other_master(slot);
+    let from = cluster.begin_migration(slot, &to);
+    cluster.move_keys(slot, &from, &to);
+    let keys_in_slot = |node: &ClusterNode| -> u64 {
+        let count = ["CLUSTER", "COUNTKEYSINSLOT", &slot.to_string()];
+        cluster.server(node.port).command(&count).parse().unwrap()
+    };
+
+    let fresh_lock = client.lock(fresh).unwrap();
+    let taken = fresh_lock
+        .try_lock(&me)
+        .await
+        .expect("the acquire follows ASK");
+    let taken = taken.expect("the lock is free");
+    let reentered = fresh_lock.try_lock(&me).await.unwrap().expect("a re-entry");
+    assert_eq!((keys_in_slot(&from), keys_in_slot(&to) >= 2), (0, true));
+    let theirs = other.lock(fresh).unwrap();
+    assert!(theirs.try_lock(&them).await.unwrap().is_none());
+
+    // Longer than the lease: the holds are still there only if renewals followed ASK.
+    tokio::time::sleep(4 * SECOND).await;
+    assert!(!held.is_lease_lost() && !taken.is_lease_lost());
+    assert_eq!(keys_in_slot(&from), 0);
+
+    // A release names keys that do not exist (its channel, its latch), which a migrating
+    // slot's masters refuse with TRYAGAIN: it is sent again until the migration ends.
+    let try_again_before = refused_with_try_again(&cluster, [&from, &to]);
+    let releasing = tokio::spawn(reentered.unlock());
+    eventually(
+        10 * SECOND,
+        "a release refused more often than it is resent after a lost reply",
+        || refused_with_try_again(&cluster, [&from, &to]) >= try_again_before + 4,
+    )
+    .await;
+    cluster.end_migration(slot, &from, &to);
+    releasing
+        .await
+        .unwrap()
+        .expect("the release follows the migration");
+    taken.unlock().await.unwrap();
+    held.unlock().await.unwrap();
+    let guard = theirs.try_lock(&them).await.unwrap().expect("released");
+    guard.unlock().await.unwrap();
+}
+
+/// How many commands `nodes` refused with TRYAGAIN.
+fn refused_with_try_again<'a>(
+    cluster: &Cluster,
+    nodes: impl IntoIterator<Item = &'a ClusterNode>,
+) -> u64 {
+    nodes
+        .into_iter()
+        .map(|node| {
+            let stats = cluster.server(node.port).command(&["INFO", "errorstats"]);
+            stats
+                .lines()
+                .find_map(|line| line.strip_prefix("errorstat_TRYAGAIN:count="))
+                .map_or(0, |count| count.trim().parse().unwrap())
+        })
+        .sum()
+}

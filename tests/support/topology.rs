@@ -175,11 +175,27 @@ impl Cluster {
     /// Moves `slot`, with its keys, to the master `to`, the way `redis-cli --cluster
     /// reshard` does, and waits until every node routes it there.
     pub fn migrate_slot(&self, slot: u16, to: &ClusterNode) {
+        let from = self.begin_migration(slot, to);
+        self.move_keys(slot, &from, to);
+        self.end_migration(slot, &from, to);
+    }
+
+    /// Marks `slot` as migrating from its master to the master `to` (and importing there),
+    /// moving no key: its master answers `ASK` for the keys it does not have. Returns the
+    /// master it migrates from.
+    pub fn begin_migration(&self, slot: u16, to: &ClusterNode) -> ClusterNode {
         let from = self.master_of_slot(slot);
-        let (source, target) = (self.server(from.port), self.server(to.port));
         let slot_text = slot.to_string();
+        let (source, target) = (self.server(from.port), self.server(to.port));
         target.command(&["CLUSTER", "SETSLOT", &slot_text, "IMPORTING", &from.id]);
         source.command(&["CLUSTER", "SETSLOT", &slot_text, "MIGRATING", &to.id]);
+        from
+    }
+
+    /// Moves the keys of a migrating `slot` from `from` to `to`.
+    pub fn move_keys(&self, slot: u16, from: &ClusterNode, to: &ClusterNode) {
+        let source = self.server(from.port);
+        let slot_text = slot.to_string();
         loop {
             let keys = source.command(&["CLUSTER", "GETKEYSINSLOT", &slot_text, "100"]);
             if keys.is_empty() {
@@ -192,6 +208,12 @@ impl Cluster {
             let reply = source.command(&migrate);
             assert_eq!(reply, "OK", "MIGRATE of slot {slot}");
         }
+    }
+
+    /// Ends the migration of `slot` from `from`: `to` serves it, and every node says so.
+    pub fn end_migration(&self, slot: u16, from: &ClusterNode, to: &ClusterNode) {
+        let slot_text = slot.to_string();
+        let (source, target) = (self.server(from.port), self.server(to.port));
         for server in [target, source] {
             server.command(&["CLUSTER", "SETSLOT", &slot_text, "NODE", &to.id]);
         }

@@ -1,0 +1,157 @@
+//! Cluster redirections of lock scripts, followed by this crate rather than by fred.
+//!
+//! fred follows a `MOVED` or `ASK` by writing the command again, which counts as another
+//! attempt. A lock script gets one attempt (a resend after a dropped connection could run
+//! it twice), so fred refuses to follow the redirection of one, and an `ASK` refused that
+//! way stops fred's client for good. On a cluster the scripts therefore go through a
+//! client of their own that follows no redirection: fred answers a redirected script with
+//! [`is_redirected`] (after reading the new slot map on `MOVED`), and the script runner
+//! sends it again itself, with `ASKING` to the importing master while the slot migrates.
+//! A redirected script did not run, so sending it again is safe.
+
+use fred::clients::Client;
+use fred::error::{Error as RedisError, ErrorKind};
+use fred::interfaces::{ClientLike, ClusterInterface};
+use fred::types::config::{Options, Server};
+use fred::types::{Builder, ClusterHash, CustomCommand, Value};
+
+/// How many redirections of one script are followed: a move and a migration, with room.
+pub(crate) const MAX_REDIRECTIONS: usize = 5;
+
+/// The client that sends the lock scripts of a cluster: `redis`'s settings, following no
+/// redirection itself.
+///
+/// # Errors
+/// When the client cannot be built or connect.
+pub(crate) async fn script_client(redis: &Client) -> Result<Client, RedisError> {
+    let mut connection = redis.connection_config().clone();
+    connection.max_redirections = 0;
+    let mut builder = Builder::from_config(redis.client_config());
+    builder
+        .set_connection_config(connection)
+        .set_performance_config(redis.perf_config());
+    if let Some(policy) = redis.client_reconnect_policy() {
+        builder.set_policy(policy);
+    }
+    let client = builder.build()?;
+    client.init().await?;
+    Ok(client)
+}
+
+/// Whether fred refused to follow a redirection (`MOVED` or `ASK`): the command did not run.
+pub(crate) fn is_redirected(error: &RedisError) -> bool {
+    *error.kind() == ErrorKind::Routing && error.details() == "Too many redirections."
+}
+
+/// The master `slot` is migrating to, as its current master says (`CLUSTER NODES`), or
+/// `None` when it is not migrating (the redirection was a `MOVED`, or the migration ended).
+pub(crate) async fn importing_master(redis: &Client, slot: u16) -> Option<Server> {
+    let command = CustomCommand::new_static("CLUSTER", ClusterHash::Custom(slot), false);
+    let nodes: String = match redis.custom(command, vec![Value::from("NODES")]).await {
+        Ok(nodes) => nodes,
+        Err(error) => {
+            tracing::debug!(%error, slot, "reading a migrating slot's target failed");
+            return None;
+        }
+    };
+    let (host, port) = migration_target(&nodes, slot)?;
+    // fred names a node as its slot map does; an address of CLUSTER NODES may differ.
+    let known = redis
+        .cached_cluster_state()
+        .map(|state| state.unique_primary_nodes())
+        .unwrap_or_default();
+    Some(
+        known
+            .iter()
+            .find(|server| server.port == port && *server.host == *host)
+            .or_else(|| known.iter().find(|server| server.port == port))
+            .cloned()
+            .unwrap_or_else(|| Server::new(host, port)),
+    )
+}
+
+/// The address (host, port) of the node that `slot` migrates to, from `CLUSTER NODES` as
+/// the migrating master answers it: its own line lists `[<slot>->-<target id>]`.
+fn migration_target(nodes: &str, slot: u16) -> Option<(String, u16)> {
+    let marker = format!("[{slot}->-");
+    let target_id = nodes
+        .lines()
+        .filter(|line| line.split(' ').nth(2).is_some_and(|f| f.contains("myself")))
+        .flat_map(|line| line.split(' ').skip(8))
+        .find_map(|field| field.strip_prefix(&marker)?.strip_suffix(']'))?;
+    let target = nodes
+        .lines()
+        .find(|line| line.split(' ').next() == Some(target_id))?;
+    // <ip>:<port>@<cluster bus port>[,<hostname>]
+    let address = target.split(' ').nth(1)?.split('@').next()?;
+    let (host, port) = address.rsplit_once(':')?;
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    Some((host.to_owned(), port.parse().ok()?))
+}
+
+/// Sends `command` with `args` to `target` right behind an `ASKING`, on one connection, as
+/// a slot's importing master requires. `options`: the script's own (one attempt, its
+/// timeout).
+pub(crate) async fn send_asking(
+    redis: &Client,
+    options: &Options,
+    target: Server,
+    command: CustomCommand,
+    args: Vec<Value>,
+) -> Result<Value, RedisError> {
+    let options = Options {
+        cluster_node: Some(target),
+        ..options.clone()
+    };
+    let pipeline = redis.pipeline();
+    let queued = pipeline.with_options(&options);
+    let asking = CustomCommand::new_static("ASKING", ClusterHash::FirstKey, false);
+    queued.custom::<Value, Value>(asking, Vec::new()).await?;
+    queued.custom::<Value, Value>(command, args).await?;
+    let mut replies = pipeline.try_all::<Value>().await.into_iter();
+    match (replies.next(), replies.next()) {
+        (Some(Ok(_)), Some(reply)) => reply,
+        (Some(Err(error)), _) => Err(error),
+        _ => Err(RedisError::new(
+            ErrorKind::Unknown,
+            "no reply to a command sent after ASKING",
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const NODES: &str = "\
+07c37dfeb235213a872192d90877d0cd55635b91 127.0.0.1:30004@31004 slave e7d1eecce10fd6bb5eb35b9f99a514335d9ba9ca 0 1426238317239 4 connected
+67ed2db8d677e59ec4a4cefb06858cf2a1a89fa1 127.0.0.1:30002@31002 master - 0 1426238316232 2 connected 5461-10922
+292f8b365bb7edb5e285caf0b7e6ddc7265d2f4f 127.0.0.1:30003@31003,node-3 master - 0 1426238318243 3 connected 10923-16383 [93-<-e7d1eecce10fd6bb5eb35b9f99a514335d9ba9ca]
+e7d1eecce10fd6bb5eb35b9f99a514335d9ba9ca 127.0.0.1:30001@31001 myself,master - 0 0 1 connected 0-5460 [77->-67ed2db8d677e59ec4a4cefb06858cf2a1a89fa1] [93->-292f8b365bb7edb5e285caf0b7e6ddc7265d2f4f]
+";
+
+    #[test]
+    fn finds_the_target_of_a_migrating_slot() {
+        assert_eq!(
+            migration_target(NODES, 93),
+            Some(("127.0.0.1".to_owned(), 30003))
+        );
+        assert_eq!(
+            migration_target(NODES, 77),
+            Some(("127.0.0.1".to_owned(), 30002))
+        );
+        // Not migrating here, or listed as importing by another node.
+        assert_eq!(migration_target(NODES, 9), None);
+        assert_eq!(migration_target(NODES, 7), None);
+    }
+
+    #[test]
+    fn tells_a_refused_redirection() {
+        let refused = RedisError::new(ErrorKind::Routing, "Too many redirections.");
+        assert!(is_redirected(&refused));
+        let other = RedisError::new(ErrorKind::Routing, "Max attempts reached.");
+        assert!(!is_redirected(&other));
+        let io = RedisError::new(ErrorKind::IO, "Too many redirections.");
+        assert!(!is_redirected(&io));
+    }
+}
