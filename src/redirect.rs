@@ -7,7 +7,9 @@
 //! client of their own that follows no redirection: fred answers a redirected script with
 //! [`is_redirected`] (after reading the new slot map on `MOVED`), and the script runner
 //! sends it again itself, with `ASKING` to the importing master while the slot migrates.
-//! A redirected script did not run, so sending it again is safe.
+//! A redirected script did not run, so sending it again is safe. Sending it with `ASKING`
+//! is safe only after the master that serves the slot redirected it: that is an `ASK`,
+//! which proves that master has none of its keys (and gets none while the slot migrates).
 
 use fred::clients::Client;
 use fred::error::{Error as RedisError, ErrorKind};
@@ -43,42 +45,87 @@ pub(crate) fn is_redirected(error: &RedisError) -> bool {
     *error.kind() == ErrorKind::Routing && error.details() == "Too many redirections."
 }
 
-/// The master `slot` is migrating to, as its current master says (`CLUSTER NODES`), or
-/// `None` when it is not migrating (the redirection was a `MOVED`, or the migration ended).
-pub(crate) async fn importing_master(redis: &Client, slot: u16) -> Option<Server> {
+/// How a master sees a slot: whether it serves it, and the node it migrates it to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct SlotView {
+    /// The master asked: the one fred's slot map names.
+    pub(crate) node: Server,
+    pub(crate) serves: bool,
+    pub(crate) migrating_to: Option<Server>,
+}
+
+/// How the master that fred's slot map names for `slot` sees it (its `CLUSTER NODES`), or
+/// `None` when fred knows no master for it or the master cannot be asked.
+pub(crate) async fn slot_view(redis: &Client, slot: u16) -> Option<SlotView> {
+    let node = redis.cached_cluster_state()?.get_server(slot)?.clone();
+    slot_view_of(redis, node, slot).await
+}
+
+/// How `node` sees `slot` (see [`slot_view`]).
+pub(crate) async fn slot_view_of(redis: &Client, node: Server, slot: u16) -> Option<SlotView> {
     let command = CustomCommand::new_static("CLUSTER", ClusterHash::Custom(slot), false);
-    let nodes: String = match redis.custom(command, vec![Value::from("NODES")]).await {
+    let to_node = Options {
+        cluster_node: Some(node.clone()),
+        ..Default::default()
+    };
+    let nodes: String = match redis
+        .with_options(&to_node)
+        .custom(command, vec![Value::from("NODES")])
+        .await
+    {
         Ok(nodes) => nodes,
         Err(error) => {
-            tracing::debug!(%error, slot, "reading a migrating slot's target failed");
+            tracing::debug!(%error, slot, "reading how a master sees a slot failed");
             return None;
         }
     };
-    let (host, port) = migration_target(&nodes, slot)?;
-    // fred names a node as its slot map does; an address of CLUSTER NODES may differ.
+    let (serves, target) = own_view(&nodes, slot)?;
+    let migrating_to = target.map(|(host, port)| known_server(redis, host, port));
+    Some(SlotView {
+        node,
+        serves,
+        migrating_to,
+    })
+}
+
+/// fred's name for the master at `host`:`port` (its slot map may name nodes otherwise than
+/// `CLUSTER NODES` does).
+fn known_server(redis: &Client, host: String, port: u16) -> Server {
     let known = redis
         .cached_cluster_state()
         .map(|state| state.unique_primary_nodes())
         .unwrap_or_default();
-    Some(
-        known
-            .iter()
-            .find(|server| server.port == port && *server.host == *host)
-            .or_else(|| known.iter().find(|server| server.port == port))
-            .cloned()
-            .unwrap_or_else(|| Server::new(host, port)),
-    )
+    known
+        .iter()
+        .find(|server| server.port == port && *server.host == *host)
+        .or_else(|| known.iter().find(|server| server.port == port))
+        .cloned()
+        .unwrap_or_else(|| Server::new(host, port))
 }
 
-/// The address (host, port) of the node that `slot` migrates to, from `CLUSTER NODES` as
-/// the migrating master answers it: its own line lists `[<slot>->-<target id>]`.
-fn migration_target(nodes: &str, slot: u16) -> Option<(String, u16)> {
-    let marker = format!("[{slot}->-");
-    let target_id = nodes
+/// From `CLUSTER NODES` as a master answers it: whether it serves `slot`, and the address
+/// (host, port) of the node it migrates `slot` to (its own line lists `[<slot>->-<id>]`).
+/// `None` when the answer has no line of its own.
+fn own_view(nodes: &str, slot: u16) -> Option<(bool, Option<(String, u16)>)> {
+    let own = nodes
         .lines()
-        .filter(|line| line.split(' ').nth(2).is_some_and(|f| f.contains("myself")))
-        .flat_map(|line| line.split(' ').skip(8))
-        .find_map(|field| field.strip_prefix(&marker)?.strip_suffix(']'))?;
+        .find(|line| line.split(' ').nth(2).is_some_and(|f| f.contains("myself")))?;
+    let mut serves = false;
+    let mut target_id = None;
+    let marker = format!("[{slot}->-");
+    for field in own.split(' ').skip(8) {
+        if let Some(id) = field.strip_prefix(&marker) {
+            target_id = id.strip_suffix(']');
+        } else if !field.starts_with('[') {
+            let (first, last) = field.split_once('-').unwrap_or((field, field));
+            if let (Ok(first), Ok(last)) = (first.parse::<u16>(), last.parse::<u16>()) {
+                serves |= (first..=last).contains(&slot);
+            }
+        }
+    }
+    let Some(target_id) = target_id else {
+        return Some((serves, None));
+    };
     let target = nodes
         .lines()
         .find(|line| line.split(' ').next() == Some(target_id))?;
@@ -86,7 +133,7 @@ fn migration_target(nodes: &str, slot: u16) -> Option<(String, u16)> {
     let address = target.split(' ').nth(1)?.split('@').next()?;
     let (host, port) = address.rsplit_once(':')?;
     let host = host.trim_start_matches('[').trim_end_matches(']');
-    Some((host.to_owned(), port.parse().ok()?))
+    Some((serves, Some((host.to_owned(), port.parse().ok()?))))
 }
 
 /// Sends `command` with `args` to `target` right behind an `ASKING`, on one connection, as
@@ -131,18 +178,15 @@ e7d1eecce10fd6bb5eb35b9f99a514335d9ba9ca 127.0.0.1:30001@31001 myself,master - 0
 ";
 
     #[test]
-    fn finds_the_target_of_a_migrating_slot() {
-        assert_eq!(
-            migration_target(NODES, 93),
-            Some(("127.0.0.1".to_owned(), 30003))
-        );
-        assert_eq!(
-            migration_target(NODES, 77),
-            Some(("127.0.0.1".to_owned(), 30002))
-        );
-        // Not migrating here, or listed as importing by another node.
-        assert_eq!(migration_target(NODES, 9), None);
-        assert_eq!(migration_target(NODES, 7), None);
+    fn reads_how_a_master_sees_a_slot() {
+        let to = |port| Some(("127.0.0.1".to_owned(), port));
+        assert_eq!(own_view(NODES, 93), Some((true, to(30003))));
+        assert_eq!(own_view(NODES, 77), Some((true, to(30002))));
+        assert_eq!(own_view(NODES, 9), Some((true, None)));
+        // Served by another master (and importing there, which is not this one's business).
+        assert_eq!(own_view(NODES, 10923), Some((false, None)));
+        assert_eq!(own_view(NODES, 5461), Some((false, None)));
+        assert_eq!(own_view("", 9), None);
     }
 
     #[test]

@@ -12,13 +12,13 @@ use tokio::time::Instant;
 
 use fred::clients::{Client, WithOptions};
 use fred::error::Error as RedisError;
-use fred::interfaces::{ClientLike, LuaInterface};
+use fred::interfaces::{ClientLike, ClusterInterface, LuaInterface};
 use fred::types::config::Options;
 use fred::types::{ClusterHash, CustomCommand, Value};
 
 use crate::error::{is_noscript, Error, Result};
 use crate::keys::Str;
-use crate::redirect::{importing_master, is_redirected, send_asking, MAX_REDIRECTIONS};
+use crate::redirect::{is_redirected, send_asking, slot_view, slot_view_of, MAX_REDIRECTIONS};
 
 pub(crate) type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
 
@@ -238,6 +238,48 @@ impl Evalsha {
         }
     }
 
+    /// After a redirection: sends the script to the master serving the slot, by that
+    /// master's own account; when that master redirects it while migrating the slot (an
+    /// ASK: it has none of the keys), to the importing master, right behind an ASKING.
+    async fn redirected(&self) -> Result<Value, RedisError> {
+        let client: &Client = &self.redis;
+        let view = match slot_view(client, self.slot).await {
+            Some(view) if view.serves => view,
+            // fred's slot map is behind the master it names (or cannot be read): read it
+            // again and send the script as it says.
+            _ => {
+                if let Err(error) = client.sync_cluster().await {
+                    tracing::debug!(%error, "reading the slot map failed");
+                }
+                return self.once().await;
+            }
+        };
+        let (command, argv) = self.command();
+        let to_master = Options {
+            cluster_node: Some(view.node.clone()),
+            ..self.redis.options().clone()
+        };
+        let reply = client.with_options(&to_master).custom(command, argv).await;
+        let Some(target) = view.migrating_to.clone() else {
+            return reply;
+        };
+        match &reply {
+            // Still serving the slot and migrating it to the same master after it answered:
+            // the answer was an ASK.
+            Err(error) if is_redirected(error) => {
+                match slot_view_of(client, view.node.clone(), self.slot).await {
+                    Some(now) if now == view => {
+                        tracing::debug!(script = self.call.script.name, %target, "following ASK");
+                        let (command, argv) = self.command();
+                        send_asking(client, self.redis.options(), target, command, argv).await
+                    }
+                    _ => reply,
+                }
+            }
+            _ => reply,
+        }
+    }
+
     /// Follows the redirections `reply` may be: to the importing master of a migrating
     /// slot (with ASKING), or again by fred's slot map, which a MOVED brought up to date.
     /// A script whose keys are split by a slot's migration (TRYAGAIN) is sent again after
@@ -261,14 +303,7 @@ impl Evalsha {
                 }
                 _ => return reply,
             }
-            reply = match importing_master(&self.redis, self.slot).await {
-                Some(target) => {
-                    tracing::debug!(script = self.call.script.name, %target, "following ASK");
-                    let (command, argv) = self.command();
-                    send_asking(&self.redis, self.redis.options(), target, command, argv).await
-                }
-                None => self.once().await,
-            };
+            reply = self.redirected().await;
         }
     }
 }

@@ -479,3 +479,34 @@ fn refused_with_try_again<'a>(
         })
         .sum()
 }
+
+/// A client whose slot map is behind a move, while the slot migrates back, is redirected
+/// by the master it still knows, not by an `ASK`: the lock's new master still has the lock
+/// and answers busy. Sending the script to the importing master would take it twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_behind_a_move_never_takes_a_lock_on_the_importing_master() {
+    let cluster = Cluster::start();
+    let behind = cluster_client(&cluster, PubSubMode::Auto).await;
+    let me = behind.new_owner();
+    let name = "behind";
+    let slot = cluster.slot(name);
+    let lock = behind.lock(name).unwrap();
+    lock.try_lock(&me)
+        .await
+        .unwrap()
+        .unwrap()
+        .unlock()
+        .await
+        .unwrap();
+    let (first, second) = (cluster.master_of_slot(slot), cluster.other_master(slot));
+    cluster.migrate_slot(slot, &second);
+    let holder = cluster_client(&cluster, PubSubMode::Auto).await;
+    let guard = holder.lock(name).unwrap().lock(&holder.new_owner()).await;
+    let guard = guard.unwrap();
+    cluster.begin_migration(slot, &first);
+
+    assert!(lock.try_lock(&me).await.unwrap().is_none());
+    let count = ["CLUSTER", "COUNTKEYSINSLOT", &slot.to_string()];
+    assert_eq!(cluster.server(first.port).command(&count), "0");
+    drop(guard);
+}

@@ -215,7 +215,8 @@ impl Cluster {
         let slot_text = slot.to_string();
         let (source, target) = (self.server(from.port), self.server(to.port));
         for server in [target, source] {
-            server.command(&["CLUSTER", "SETSLOT", &slot_text, "NODE", &to.id]);
+            let reply = server.command(&["CLUSTER", "SETSLOT", &slot_text, "NODE", &to.id]);
+            assert_eq!(reply, "OK", "SETSLOT {slot} NODE on port {}", server.port());
         }
         for server in &self.servers {
             if server.port() != from.port && server.port() != to.port {
