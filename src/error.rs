@@ -133,8 +133,8 @@ pub(crate) fn is_transient(error: &RedisError) -> bool {
             .iter()
             .any(|prefix| details.starts_with(prefix))
                 || details.contains("Too many failed write attempts")
-                // A redirection not followed (see `redirect.rs`): the command did not run.
-                || details.contains("Too many redirections")
+                // A redirection not followed: the command did not run.
+                || crate::redirect::is_redirected(error)
                 || details.contains("Connection closed")
                 // fred between a dropped connection and its replacement.
                 || details.contains("Failed to route command")

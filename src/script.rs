@@ -298,6 +298,9 @@ impl Evalsha {
                     }
                     tokio::time::sleep(pause).await;
                     pause = (pause * 2).min(TRY_AGAIN_PAUSE.1);
+                    // The resend meets the migration's redirections again; the time, not
+                    // their count, bounds a migration's wait.
+                    redirections = 0;
                     reply = self.once().await;
                     continue;
                 }
