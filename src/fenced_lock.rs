@@ -38,30 +38,48 @@ use crate::wait::Wait;
 ///
 /// Fencing makes the protected resource itself refuse the late writer. Every write carries
 /// the token of the hold it was made under; the resource remembers the highest token it has
-/// accepted and rejects a write with a lower one. The second owner's token is larger than
-/// the first's, so once the second owner wrote, the first one's writes bounce. (Limits: this
-/// needs a resource that can check and store the token atomically with the write, and it
-/// cannot help when the failover lost the very acquisition that issued a token, since the
-/// promoted replica may then issue the same number again.)
+/// seen and rejects a write with a lower one. The second owner's token is larger than the
+/// first's, so once the second owner reached the resource, the first one's writes bounce.
+/// (Limits: this needs a resource that can check and store the token atomically with the
+/// write, and it cannot help when the failover lost the very acquisition that issued a
+/// token, since the promoted replica may then issue the same number again.)
+///
+/// **A read-modify-write must send the token with its read too.** If only writes carry it,
+/// a late write can land between the new owner's read and its write: the resource has not
+/// seen the newer token yet and accepts it, then the new owner's write, computed from the
+/// value it read before, overwrites it. Both writes are accepted and one update is lost.
+/// Have reads refuse a lower token and record a higher one, as in the example, or make the
+/// whole update one conditional operation (`UPDATE … SET n = n + 1, fence = $token WHERE
+/// fence <= $token`).
 ///
 /// ```no_run
 /// # async fn demo() -> redisson_lock::Result<()> {
 /// /// The protected resource, e.g. a row with a `fence` column in a database, or a file
-/// /// server: it keeps the highest token it has accepted next to the data.
+/// /// server: it keeps the highest token it has seen next to the data.
 /// struct Storage {
 ///     highest_token: u64,
 ///     contents: String,
 /// }
 ///
 /// impl Storage {
-///     /// Accepts a write only with a token at least as high as any accepted before:
-///     /// a lower one comes from a holder that lost the lock since.
-///     fn write(&mut self, token: u64, contents: &str) -> Result<(), String> {
+///     /// Lets in a token at least as high as any seen before, and remembers it: a lower
+///     /// one comes from a holder that lost the lock since.
+///     fn admit(&mut self, token: u64) -> Result<(), String> {
 ///         if token < self.highest_token {
 ///             return Err(format!("stale token {token} < {}", self.highest_token));
 ///         }
 ///         self.highest_token = token;
-///         self.contents = contents.to_owned();
+///         Ok(())
+///     }
+///
+///     fn read(&mut self, token: u64) -> Result<String, String> {
+///         self.admit(token)?;
+///         Ok(self.contents.clone())
+///     }
+///
+///     fn write(&mut self, token: u64, contents: String) -> Result<(), String> {
+///         self.admit(token)?;
+///         self.contents = contents;
 ///         Ok(())
 ///     }
 /// }
@@ -72,8 +90,11 @@ use crate::wait::Wait;
 /// let lock = client.fenced_lock("storage")?;
 ///
 /// let guard = lock.lock(&me).await?;
-/// // Send the token with every write; the resource does the check.
-/// if let Err(stale) = storage.write(guard.token(), "new contents") {
+/// // Send the token with every read and write; the resource does the check.
+/// let updated = storage
+///     .read(guard.token())
+///     .and_then(|contents| storage.write(guard.token(), contents + " and more"));
+/// if let Err(stale) = updated {
 ///     // Someone took the lock over meanwhile: stop, and do not retry under this hold.
 ///     eprintln!("lost the lock: {stale}");
 /// }
@@ -179,7 +200,7 @@ impl FencedGuard {
     }
 
     /// The fencing token of this hold: larger than the token of every acquisition of this
-    /// lock before it. Send it with every write to the protected resource.
+    /// lock before it. Send it with every read and write of the protected resource.
     pub fn token(&self) -> u64 {
         self.token
     }
@@ -221,7 +242,8 @@ impl FencedGuard {
     }
 
     /// Completes when the hold is known to be lost; see [`LockGuard::lease_lost`]. Writes
-    /// made after that carry a token that the resource rejects once a newer holder wrote.
+    /// made after that carry a token that the resource rejects once a newer holder reached
+    /// it.
     ///
     /// # Cancel safety
     /// Cancel-safe; it only watches.

@@ -18,7 +18,8 @@ use std::time::{Duration, Instant};
 use fred::interfaces::ClientLike;
 use redisson_lock::{Backoff, Error, LockClient, PubSubMode, WaitStrategy};
 use support::workload::{
-    acquire, lost_updates, settle, write_resource, Kind, Tally, Totals, Workload, Write,
+    acquire, lost_updates, read_resource, settle, write_resource, Kind, Tally, Totals, Workload,
+    Write,
 };
 use support::*;
 
@@ -216,8 +217,10 @@ async fn a_holder_stopped_past_its_lease_knows_it_lost_on_waking_and_its_late_wr
     .unwrap();
     assert!(second.token() > first);
     let token = Some(second.token());
-    let write = fenced("second holder", token);
-    assert!(write_resource(&c, "stopped", write).await.unwrap());
+    // The new holder reads the resource, and the stopped one wakes before it writes: a
+    // read-modify-write that the late holder's write must not slip into.
+    let read = read_resource(&c, "stopped", token).await.unwrap();
+    assert!(read.is_some(), "the new holder's read was refused");
 
     child.signal("CONT");
     // On waking, the holder's guard says the lease is gone before the holder starts
@@ -235,6 +238,8 @@ async fn a_holder_stopped_past_its_lease_knows_it_lost_on_waking_and_its_late_wr
     };
     assert_eq!(late_write_accepted, "false");
     assert_eq!(child.expect("UNLOCK not held: ").await, "true");
+    let write = fenced("second holder", token);
+    assert!(write_resource(&c, "stopped", write).await.unwrap());
     let [value, ..] = support::workload::resource_keys("stopped");
     assert_eq!(server.command(&["GET", &value]), "second holder");
     second.unlock().await.unwrap();

@@ -433,7 +433,7 @@ fn print_report(
         totals.timed_out
     );
     println!(
-        "protected writes   {} accepted, {} refused (every one after its guard reported the lease lost)",
+        "protected writes   {} accepted, {} refused at the read or the write (every one after its guard reported the lease lost)",
         totals.accepted, totals.refused
     );
     println!(

@@ -2,13 +2,15 @@
 //! The fault suite's storms and the load-and-faults run (`docs/fault_run`) share it.
 //!
 //! Every lock guards a resource in Redis: a counter that holders bump by a read-modify-write
-//! (GET, then a write). The write is a script that refuses a holder that no longer holds
+//! (a read, then a write). The write is a script that refuses a holder that no longer holds
 //! the lock (a stale fencing token, or the holder's field gone from the lock's hash), as a
-//! resource must to be safe from holders paused past their lease. The invariants:
+//! resource must to be safe from holders paused past their lease; under a fenced lock the
+//! read carries the token too, so that a late write cannot land between a newer holder's
+//! read and its write. The invariants:
 //! - **no lost update**: each counter equals its count of accepted writes (two holders at
 //!   once would both write the same value);
-//! - **no hold claimed after it was lost**: a write refused for want of the lock finds the
-//!   guard already reporting its lease lost;
+//! - **no hold claimed after it was lost**: a read or write refused for want of the lock
+//!   finds the guard already reporting its lease lost;
 //! - **readers see no writes**: a reader reads twice, and a change while its guard still
 //!   claims the hold is a violation;
 //! - **fencing tokens are never issued twice**;
@@ -96,6 +98,43 @@ return 1
 /// token, last write's id.
 pub fn resource_keys(name: &str) -> [String; 4] {
     ["value", "accepted", "fence", "last"].map(|part| format!("resource:{{{name}}}:{part}"))
+}
+
+/// The protected resource's read for a read-modify-write under a fenced lock: the reader's
+/// token reaches the resource before its data is read, so that a late holder's write cannot
+/// land between this read and the write that follows it (the write would be checked against
+/// the older, highest token the resource had seen, pass, and then be overwritten).
+///
+/// KEYS: the value, the highest fencing token accepted. ARGV: the reader's token.
+/// Reply: `{1, value}` (value `false` when unset), or `{0}` refused for a lower token.
+const FENCED_READ: &str = r"
+if tonumber(ARGV[1]) < tonumber(redis.call('get', KEYS[2]) or '0') then
+    return {0}
+end
+redis.call('set', KEYS[2], ARGV[1])
+return {1, redis.call('get', KEYS[1])}
+";
+
+/// Reads the value of the resource of lock `name` for a read-modify-write, with the
+/// reader's fencing token for a fenced lock. `Ok(None)` when the resource refused a stale
+/// token; `Ok(Some(None))` when it has no value yet.
+pub async fn read_resource(
+    client: &LockClient,
+    name: &str,
+    token: Option<u64>,
+) -> Result<Option<Option<String>>, fred::error::Error> {
+    let [value, _, fence, _] = resource_keys(name);
+    let Some(token) = token else {
+        return client.redis().get(value).await.map(Some);
+    };
+    let reply: Vec<fred::types::Value> = client
+        .redis()
+        .eval(FENCED_READ, vec![value, fence], vec![token.to_string()])
+        .await?;
+    Ok(match reply.as_slice() {
+        [read, value] if read.as_i64() == Some(1) => Some(value.as_string()),
+        _ => None,
+    })
 }
 
 /// One write to the resource of a lock.
@@ -548,11 +587,11 @@ async fn bump(
     work: Duration,
     tally: &Tally,
 ) -> bool {
-    let [value_key, ..] = resource_keys(name);
-    let value: Option<i64> = match client.redis().get(&value_key).await {
-        Ok(value) => value,
+    let value = match read_resource(client, name, held.token()).await {
+        Ok(Some(value)) => value.map(|value| value.parse::<i64>().expect("a counter")),
+        Ok(None) => return refused(kind, name, held, tally),
         Err(error) => {
-            tally.error(redis_error("GET", &error));
+            tally.error(redis_error("read", &error));
             return false;
         }
     };
@@ -575,21 +614,23 @@ async fn bump(
             tally.accepted.fetch_add(1, Ordering::Relaxed);
             true
         }
-        Ok(false) => {
-            tally.refused.fetch_add(1, Ordering::Relaxed);
-            // Refused for want of the lock: by now the guard must know.
-            if !held.is_lost() {
-                tally.violation(format!(
-                    "{kind:?} {name}: the resource refused a write while the guard still claimed the hold"
-                ));
-            }
-            true
-        }
+        Ok(false) => refused(kind, name, held, tally),
         Err(error) => {
             tally.error(redis_error("write", &error));
             false
         }
     }
+}
+
+/// A read or write the resource refused for want of the lock: by now the guard must know.
+fn refused(kind: Kind, name: &str, held: &Held, tally: &Tally) -> bool {
+    tally.refused.fetch_add(1, Ordering::Relaxed);
+    if !held.is_lost() {
+        tally.violation(format!(
+            "{kind:?} {name}: the resource refused a holder whose guard still claimed the hold"
+        ));
+    }
+    true
 }
 
 /// A reader's check: no write lands while it holds the read lock; `false` when a call
