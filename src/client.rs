@@ -456,7 +456,10 @@ impl LockClientBuilder {
     /// (the watchdog timeout must be at least 3 ms, the command timeout and the fair wait
     /// timeout at least 1 ms; the watchdog and fair wait timeouts at most
     /// [`Lease::MAX_FIXED`](crate::Lease::MAX_FIXED), the command timeout at most a quarter
-    /// of it); [`Error::Redis`] when Redis cannot be reached.
+    /// of it), or when the pub/sub mode needs sharded pub/sub and the server does not offer
+    /// it (to this user); [`Error::Redis`] when Redis cannot be reached. A build that fails
+    /// closes the connections it opened; clients given to [`clients`](Self::clients) stay
+    /// as they were.
     pub async fn build(self) -> Result<LockClient> {
         let max = Lease::MAX_FIXED.as_millis();
         check_millis("watchdog_timeout", self.watchdog_timeout, 3, max)?;
@@ -490,7 +493,7 @@ impl LockClientBuilder {
                         (command_timeout / 4).max(Duration::from_millis(2));
                 });
         };
-        let (redis, subscriber, owns_redis) = match self.source {
+        let (redis, subscriber, owns_redis, owns_subscriber) = match self.source {
             Source::None => {
                 return Err(Error::invalid(
                     "no Redis server given: call url(), config() or clients()",
@@ -505,42 +508,56 @@ impl LockClientBuilder {
                 }
                 let config = Config::from_url(&url)?;
                 let (redis, subscriber) = connect(config, configure).await?;
-                (redis, subscriber, true)
+                (redis, subscriber, true, true)
             }
             Source::Config(config) => {
                 let (redis, subscriber) = connect(*config, configure).await?;
-                (redis, subscriber, true)
+                (redis, subscriber, true, true)
             }
-            Source::Clients(redis, subscriber) => {
-                let subscriber = match subscriber {
-                    Some(subscriber) => subscriber,
-                    None => {
-                        let mut builder = Builder::from_config(redis.client_config());
-                        builder
-                            .set_connection_config(redis.connection_config().clone())
-                            .set_performance_config(redis.perf_config());
-                        if let Some(policy) = redis.client_reconnect_policy() {
-                            builder.set_policy(policy);
-                        }
-                        let subscriber = builder.build_subscriber_client()?;
-                        subscriber.init().await?;
-                        subscriber
-                    }
-                };
-                (redis, subscriber, false)
+            Source::Clients(redis, Some(subscriber)) => (redis, subscriber, false, false),
+            Source::Clients(redis, None) => {
+                let mut builder = Builder::from_config(redis.client_config());
+                builder
+                    .set_connection_config(redis.connection_config().clone())
+                    .set_performance_config(redis.perf_config());
+                if let Some(policy) = redis.client_reconnect_policy() {
+                    builder.set_policy(policy);
+                }
+                let subscriber = builder.build_subscriber_client()?;
+                subscriber.init().await?;
+                (redis, subscriber, false, true)
             }
         };
         let clustered = redis.is_clustered();
-        let script_client = if clustered {
-            Some(redirect::script_client(&redis).await?)
-        } else {
-            None
+        let mut script_client = None;
+        let pubsub = async {
+            if clustered {
+                script_client = Some(redirect::script_client(&redis).await?);
+            }
+            let sharded_supported = match (self.pubsub_mode, clustered) {
+                (PubSubMode::Classic, _) | (PubSubMode::Auto, false) => false,
+                _ => sharded_supported(&redis).await?,
+            };
+            Choice::new(self.pubsub_mode, clustered, sharded_supported)
+        }
+        .await;
+        let pubsub = match pubsub {
+            Ok(pubsub) => pubsub,
+            Err(error) => {
+                // Close what this build opened: fred keeps a connection (and reconnects it)
+                // until QUIT, whether or not anyone holds the client.
+                if let Some(scripts) = script_client {
+                    let _ = scripts.quit().await;
+                }
+                if owns_subscriber {
+                    let _ = subscriber.quit().await;
+                }
+                if owns_redis {
+                    let _ = redis.quit().await;
+                }
+                return Err(error);
+            }
         };
-        let sharded_supported = match (self.pubsub_mode, clustered) {
-            (PubSubMode::Classic, _) | (PubSubMode::Auto, false) => false,
-            _ => sharded_supported(&redis).await?,
-        };
-        let pubsub = Choice::new(self.pubsub_mode, clustered, sharded_supported)?;
         let settings = Settings {
             watchdog_timeout: self.watchdog_timeout,
             name_prefix: self.name_prefix,

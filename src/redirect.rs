@@ -36,7 +36,11 @@ pub(crate) async fn script_client(redis: &Client) -> Result<Client, RedisError> 
         builder.set_policy(policy);
     }
     let client = builder.build()?;
-    client.init().await?;
+    if let Err(error) = client.init().await {
+        // Connected to some masters, perhaps: fred keeps those until QUIT.
+        let _ = client.quit().await;
+        return Err(error);
+    }
     Ok(client)
 }
 

@@ -1089,6 +1089,37 @@ async fn a_user_refused_evalsha_or_publish_gets_a_clear_error_and_nothing_is_wri
 }
 
 #[tokio::test]
+async fn a_build_that_fails_after_connecting_leaves_no_connection_behind() {
+    let server = RedisServer::start();
+    // A user that may not ask whether the server has sharded pub/sub: the build connects,
+    // then refuses a mode that needs it.
+    let acl = [
+        "ACL", "SETUSER", "no-probe", "on", ">pw", "~*", "&*", "+@all", "-pubsub",
+    ];
+    assert_eq!(server.command(&acl), "OK");
+    let url = format!("redis://no-probe:pw@127.0.0.1:{}", server.port());
+    let built = LockClient::builder()
+        .url(&url)
+        .pubsub_mode(PubSubMode::Sharded)
+        .build()
+        .await;
+    assert!(
+        matches!(&built, Err(Error::InvalidArgument(e)) if e.contains("sharded")),
+        "{built:?}"
+    );
+    let connections = || {
+        let list = server.command(&["CLIENT", "LIST"]);
+        list.lines()
+            .filter(|line| line.contains(" user=no-probe "))
+            .count()
+    };
+    eventually(5 * SECOND, "the failed build's connections closed", || {
+        connections() == 0
+    })
+    .await;
+}
+
+#[tokio::test]
 async fn waits_and_timeouts_out_of_range_are_refused_where_they_are_given() {
     let server = RedisServer::start();
     let c = client(&server).await;
