@@ -11,6 +11,7 @@ use fred::types::config::{Config, ReconnectPolicy};
 use fred::types::Builder;
 use uuid::Uuid;
 
+use crate::connection_tasks::{self, Driven};
 use crate::engine::{Engine, Settings};
 use crate::error::{Error, Result};
 use crate::fair_lock::FairLock;
@@ -355,7 +356,10 @@ impl LockClientBuilder {
     /// messages and is dedicated to this client, which closes it at shutdown; when `None`,
     /// one is made with `redis`'s configuration. Give `redis` a reconnect policy, or it will
     /// not reconnect, and an unresponsive timeout (`ConnectionConfig::unresponsive`), or a
-    /// half-open connection is never replaced. `redis` stays open after [`LockClient::shutdown`]: it is yours.
+    /// half-open connection is never replaced. Keep the handle of `redis`'s connection task
+    /// (what `init()` returns) and start it again if it ends: fred ends it for good on some
+    /// errors (see the topology guide); the clients this crate makes are watched for you.
+    /// `redis` stays open after [`LockClient::shutdown`]: it is yours.
     /// On a cluster the lock scripts go through one more client made with `redis`'s
     /// configuration, which this client closes at shutdown (see the topology guide).
     pub fn clients(mut self, redis: Client, subscriber: Option<SubscriberClient>) -> Self {
@@ -493,6 +497,8 @@ impl LockClientBuilder {
                         (command_timeout / 4).max(Duration::from_millis(2));
                 });
         };
+        // The clients this build makes, whose connection tasks it keeps running.
+        let mut driven = Vec::new();
         let (redis, subscriber, owns_redis, owns_subscriber) = match self.source {
             Source::None => {
                 return Err(Error::invalid(
@@ -508,11 +514,15 @@ impl LockClientBuilder {
                 }
                 let config = Config::from_url(&url)?;
                 let (redis, subscriber) = connect(config, configure).await?;
-                (redis, subscriber, true, true)
+                let client = redis.client().clone();
+                driven.push(redis);
+                (client, subscriber, true, true)
             }
             Source::Config(config) => {
                 let (redis, subscriber) = connect(*config, configure).await?;
-                (redis, subscriber, true, true)
+                let client = redis.client().clone();
+                driven.push(redis);
+                (client, subscriber, true, true)
             }
             Source::Clients(redis, Some(subscriber)) => (redis, subscriber, false, false),
             Source::Clients(redis, None) => {
@@ -532,7 +542,9 @@ impl LockClientBuilder {
         let mut script_client = None;
         let pubsub = async {
             if clustered {
-                script_client = Some(redirect::script_client(&redis).await?);
+                let scripts = redirect::script_client(&redis).await?;
+                script_client = Some(scripts.client().clone());
+                driven.push(scripts);
             }
             let sharded_supported = match (self.pubsub_mode, clustered) {
                 (PubSubMode::Classic, _) | (PubSubMode::Auto, false) => false,
@@ -574,6 +586,7 @@ impl LockClientBuilder {
             pubsub,
             owns_redis,
         );
+        connection_tasks::keep_running(driven, engine.watch_shutdown());
         if owns_redis {
             observe::name_connection(&engine.redis, engine.client_id).await;
         }
@@ -584,20 +597,21 @@ impl LockClientBuilder {
     }
 }
 
+/// The command client, with its connection task, and the subscriber, both connected.
 async fn connect(
     config: Config,
     configure: impl Fn(&mut Builder),
-) -> Result<(Client, SubscriberClient)> {
+) -> Result<(Driven, SubscriberClient)> {
     let mut builder = Builder::from_config(config);
     configure(&mut builder);
     let redis = builder.build()?;
     let subscriber = builder.build_subscriber_client()?;
-    redis.init().await?;
+    let task = redis.init().await?;
     if let Err(error) = subscriber.init().await {
         let _ = redis.quit().await;
         return Err(error.into());
     }
-    Ok((redis, subscriber))
+    Ok((Driven::new(redis, task), subscriber))
 }
 
 /// Whether `url` asks for TLS (`rediss://`, `valkeys://` and their cluster and sentinel forms).

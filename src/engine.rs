@@ -195,6 +195,11 @@ impl Engine {
         )
     }
 
+    /// Turns true when the client begins to close.
+    pub(crate) fn watch_shutdown(&self) -> watch::Receiver<bool> {
+        self.shutdown.subscribe()
+    }
+
     /// Fails with [`Error::Closed`] once the client was shut down.
     pub(crate) fn check_open(&self) -> Result<()> {
         if self.closed.load(Ordering::Acquire) {

@@ -8,6 +8,7 @@ mod backoff;
 #[cfg(feature = "blocking")]
 pub mod blocking;
 mod client;
+mod connection_tasks;
 mod engine;
 mod error;
 mod fair_lock;

@@ -17,15 +17,17 @@ use fred::interfaces::{ClientLike, ClusterInterface};
 use fred::types::config::{Options, Server};
 use fred::types::{Builder, ClusterHash, CustomCommand, Value};
 
+use crate::connection_tasks::Driven;
+
 /// How many redirections of one script are followed: a move and a migration, with room.
 pub(crate) const MAX_REDIRECTIONS: usize = 5;
 
 /// The client that sends the lock scripts of a cluster: `redis`'s settings, following no
-/// redirection itself.
+/// redirection itself; with its connection task.
 ///
 /// # Errors
 /// When the client cannot be built or connect.
-pub(crate) async fn script_client(redis: &Client) -> Result<Client, RedisError> {
+pub(crate) async fn script_client(redis: &Client) -> Result<Driven, RedisError> {
     let mut connection = redis.connection_config().clone();
     connection.max_redirections = 0;
     let mut builder = Builder::from_config(redis.client_config());
@@ -36,12 +38,14 @@ pub(crate) async fn script_client(redis: &Client) -> Result<Client, RedisError> 
         builder.set_policy(policy);
     }
     let client = builder.build()?;
-    if let Err(error) = client.init().await {
-        // Connected to some masters, perhaps: fred keeps those until QUIT.
-        let _ = client.quit().await;
-        return Err(error);
+    match client.init().await {
+        Ok(task) => Ok(Driven::new(client, task)),
+        Err(error) => {
+            // Connected to some masters, perhaps: fred keeps those until QUIT.
+            let _ = client.quit().await;
+            Err(error)
+        }
     }
-    Ok(client)
 }
 
 /// Whether fred refused to follow a redirection (`MOVED` or `ASK`): the command did not run.

@@ -510,3 +510,40 @@ async fn a_client_behind_a_move_never_takes_a_lock_on_the_importing_master() {
     assert_eq!(cluster.server(first.port).command(&count), "0");
     drop(guard);
 }
+
+/// The driver's connection task stops for good when a command with no attempt left is
+/// redirected by an `ASK` (a per-call `max_attempts` of 1 is enough): every later command of
+/// that fred client would time out. The lock client starts the connections it made again,
+/// so `redis()` and the locks go on working.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_task_stopped_by_an_ask_is_started_again() {
+    let cluster = Cluster::start();
+    let client = cluster_client(&cluster, PubSubMode::Auto).await;
+    let name = "stopped-by-ask";
+    let slot = cluster.slot(name);
+    let to = cluster.other_master(slot);
+    let from = cluster.begin_migration(slot, &to);
+    let once = Options {
+        max_attempts: Some(1),
+        ..Default::default()
+    };
+    let asked: Result<Option<String>, _> = client.redis().with_options(&once).get(name).await;
+    assert!(asked.is_err(), "{asked:?}");
+    cluster.end_migration(slot, &from, &to);
+
+    let start = std::time::Instant::now();
+    loop {
+        let read: Result<Option<String>, _> = client.redis().get(name).await;
+        if read.is_ok() {
+            break;
+        }
+        assert!(
+            start.elapsed() < 15 * SECOND,
+            "redis() still fails: {read:?}"
+        );
+    }
+    let lock = client.lock(name).unwrap();
+    let guard = lock.try_lock(&client.new_owner()).await.unwrap().unwrap();
+    assert!(lock.is_locked().await.unwrap());
+    guard.unlock().await.unwrap();
+}

@@ -1,0 +1,111 @@
+//! Keeps the connection tasks of the fred clients this crate made running.
+//!
+//! fred drives each client's connections from one task, and ends that task for good on some
+//! errors: an `ASK` redirection that reaches a command with no attempt left, for one (a
+//! command sent with a per-call `max_attempts` of 1 is enough). Every later command of that
+//! client would then time out, and so would every lock of the `LockClient`. One task per
+//! `LockClient` watches the connection tasks of the clients it made and starts a stopped one
+//! again until the client shuts down. Clients given to `LockClientBuilder::clients` are
+//! their owner's to watch.
+
+use std::future::{poll_fn, Future};
+use std::pin::Pin;
+use std::task::Poll;
+use std::time::{Duration, Instant};
+
+use fred::clients::Client;
+use fred::interfaces::ClientLike;
+use fred::types::ConnectHandle;
+use tokio::sync::watch;
+
+/// The first pause before a stopped connection task is started again, doubled while the
+/// restarted task keeps stopping (a server that refuses connections ends a fresh task at
+/// once), up to [`LONGEST_PAUSE`].
+const FIRST_PAUSE: Duration = Duration::from_millis(50);
+const LONGEST_PAUSE: Duration = Duration::from_secs(2);
+/// A task that ran this long was working: the next stop starts over at [`FIRST_PAUSE`].
+const WORKED: Duration = Duration::from_secs(10);
+
+/// A client with the handle of its running connection task.
+pub(crate) struct Driven {
+    client: Client,
+    task: ConnectHandle,
+    started: Instant,
+    pause: Duration,
+}
+
+impl Driven {
+    pub(crate) fn client(&self) -> &Client {
+        &self.client
+    }
+
+    /// `task`: what `client.init()` returned.
+    pub(crate) fn new(client: Client, task: ConnectHandle) -> Driven {
+        Driven {
+            client,
+            task,
+            started: Instant::now(),
+            pause: FIRST_PAUSE,
+        }
+    }
+}
+
+/// Starts the task that starts each of `clients`' connection tasks again when it stops,
+/// until `shutdown` turns true.
+pub(crate) fn keep_running(clients: Vec<Driven>, shutdown: watch::Receiver<bool>) {
+    if !clients.is_empty() {
+        tokio::spawn(watch_tasks(clients, shutdown));
+    }
+}
+
+async fn watch_tasks(mut clients: Vec<Driven>, mut shutdown: watch::Receiver<bool>) {
+    loop {
+        let (index, ended) = tokio::select! {
+            ended = first_to_end(&mut clients) => ended,
+            _ = shutdown.wait_for(|closing| *closing) => return,
+        };
+        // Shutdown quits the clients: their tasks end, and stay ended.
+        if *shutdown.borrow() {
+            return;
+        }
+        let driven = &mut clients[index];
+        let error = match ended {
+            Ok(Ok(())) => "none".to_owned(),
+            Ok(Err(error)) => error.to_string(),
+            Err(join_error) => join_error.to_string(),
+        };
+        if driven.started.elapsed() >= WORKED {
+            driven.pause = FIRST_PAUSE;
+        }
+        tracing::warn!(
+            %error,
+            pause_ms = driven.pause.as_millis() as u64,
+            "the driver's connection task stopped; starting it again"
+        );
+        tokio::select! {
+            _ = tokio::time::sleep(driven.pause) => {}
+            _ = shutdown.wait_for(|closing| *closing) => return,
+        }
+        driven.pause = (driven.pause * 2).min(LONGEST_PAUSE);
+        driven.task = driven.client.connect();
+        driven.started = Instant::now();
+    }
+}
+
+/// Which client's connection task ended first, and how.
+async fn first_to_end(
+    clients: &mut [Driven],
+) -> (
+    usize,
+    Result<Result<(), fred::error::Error>, tokio::task::JoinError>,
+) {
+    poll_fn(|cx| {
+        for (index, driven) in clients.iter_mut().enumerate() {
+            if let Poll::Ready(ended) = Pin::new(&mut driven.task).poll(cx) {
+                return Poll::Ready((index, ended));
+            }
+        }
+        Poll::Pending
+    })
+    .await
+}
