@@ -1,6 +1,7 @@
 //! Every pause this crate takes between two tries of anything (a spinning waiter's
 //! back-off, a queued waiter's pacing, a waiter's polls and outage back-off, a release's
-//! resends, the watchdog's retries, a multi-lock's rounds) and the one random generator
+//! resends, the watchdog's retries, a multi-lock's rounds, a script refused during a slot's
+//! migration, a stopped connection task's restarts) and the one random generator
 //! their jitter uses.
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -217,6 +218,22 @@ impl Pace {
             acquired => acquired,
         }
     }
+}
+
+/// First and longest pause before a script refused with TRYAGAIN (a slot's migration keeps
+/// its keys apart) is sent again; doubled after each refusal.
+pub(crate) const TRY_AGAIN_PAUSE: (Duration, Duration) =
+    (Duration::from_millis(5), Duration::from_millis(100));
+
+/// First and longest pause before a stopped connection task of the driver is started again;
+/// doubled while the restarted task keeps stopping (a server that refuses connections ends
+/// a fresh task at once).
+pub(crate) const RESTART_PAUSE: (Duration, Duration) =
+    (Duration::from_millis(50), Duration::from_secs(2));
+
+/// `pause` doubled, at most `longest`.
+pub(crate) fn doubled(pause: Duration, longest: Duration) -> Duration {
+    (pause * 2).min(longest)
 }
 
 /// How many times a release is sent when its reply is lost (the unlock latch makes

@@ -539,33 +539,33 @@ impl LockClientBuilder {
             }
         };
         let clustered = redis.is_clustered();
-        let mut script_client = None;
-        let pubsub = async {
-            if clustered {
+        let probed = async {
+            let script_client = if clustered {
                 let scripts = redirect::script_client(&redis).await?;
-                script_client = Some(scripts.client().clone());
+                let client = scripts.client().clone();
                 driven.push(scripts);
-            }
+                Some(client)
+            } else {
+                None
+            };
             let sharded_supported = match (self.pubsub_mode, clustered) {
                 (PubSubMode::Classic, _) | (PubSubMode::Auto, false) => false,
                 _ => sharded_supported(&redis).await?,
             };
-            Choice::new(self.pubsub_mode, clustered, sharded_supported)
+            let pubsub = Choice::new(self.pubsub_mode, clustered, sharded_supported)?;
+            Ok::<_, Error>((script_client, pubsub))
         }
         .await;
-        let pubsub = match pubsub {
-            Ok(pubsub) => pubsub,
+        let (script_client, pubsub) = match probed {
+            Ok(probed) => probed,
             Err(error) => {
                 // Close what this build opened: fred keeps a connection (and reconnects it)
                 // until QUIT, whether or not anyone holds the client.
-                if let Some(scripts) = script_client {
-                    let _ = scripts.quit().await;
+                for opened in &driven {
+                    let _ = opened.client().quit().await;
                 }
                 if owns_subscriber {
                     let _ = subscriber.quit().await;
-                }
-                if owns_redis {
-                    let _ = redis.quit().await;
                 }
                 return Err(error);
             }

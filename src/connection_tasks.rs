@@ -18,12 +18,9 @@ use fred::interfaces::ClientLike;
 use fred::types::ConnectHandle;
 use tokio::sync::watch;
 
-/// The first pause before a stopped connection task is started again, doubled while the
-/// restarted task keeps stopping (a server that refuses connections ends a fresh task at
-/// once), up to [`LONGEST_PAUSE`].
-const FIRST_PAUSE: Duration = Duration::from_millis(50);
-const LONGEST_PAUSE: Duration = Duration::from_secs(2);
-/// A task that ran this long was working: the next stop starts over at [`FIRST_PAUSE`].
+use crate::backoff::{doubled, RESTART_PAUSE};
+
+/// A task that ran this long was working: the next stop starts over at the first pause.
 const WORKED: Duration = Duration::from_secs(10);
 
 /// A client with the handle of its running connection task.
@@ -45,7 +42,7 @@ impl Driven {
             client,
             task,
             started: Instant::now(),
-            pause: FIRST_PAUSE,
+            pause: RESTART_PAUSE.0,
         }
     }
 }
@@ -75,7 +72,7 @@ async fn watch_tasks(mut clients: Vec<Driven>, mut shutdown: watch::Receiver<boo
             Err(join_error) => join_error.to_string(),
         };
         if driven.started.elapsed() >= WORKED {
-            driven.pause = FIRST_PAUSE;
+            driven.pause = RESTART_PAUSE.0;
         }
         tracing::warn!(
             %error,
@@ -86,7 +83,7 @@ async fn watch_tasks(mut clients: Vec<Driven>, mut shutdown: watch::Receiver<boo
             _ = tokio::time::sleep(driven.pause) => {}
             _ = shutdown.wait_for(|closing| *closing) => return,
         }
-        driven.pause = (driven.pause * 2).min(LONGEST_PAUSE);
+        driven.pause = doubled(driven.pause, RESTART_PAUSE.1);
         driven.task = driven.client.connect();
         driven.started = Instant::now();
     }

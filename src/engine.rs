@@ -42,8 +42,9 @@ pub(crate) struct Settings {
 
 pub(crate) struct Engine {
     pub(crate) redis: Client,
-    /// On a cluster, the client of the lock scripts, which this crate always made.
-    script_client: Option<Client>,
+    /// Whether the lock scripts go through a client of their own (on a cluster), which this
+    /// crate always made: `scripts.client()`.
+    separate_script_client: bool,
     pub(crate) scripts: ScriptRunner,
     pub(crate) client_id: Uuid,
     pub(crate) settings: Settings,
@@ -153,8 +154,9 @@ impl Engine {
         owns_redis: bool,
     ) -> Arc<Engine> {
         let (shutdown, shutdown_rx) = watch::channel(false);
+        let separate_script_client = script_client.is_some();
         let scripts = ScriptRunner::new(
-            script_client.clone().unwrap_or_else(|| redis.clone()),
+            script_client.unwrap_or_else(|| redis.clone()),
             settings.command_timeout,
         );
         let watchdog = Watchdog::new(settings.watchdog_timeout, settings.renew_by_slot);
@@ -169,7 +171,7 @@ impl Engine {
         let server = format!("{:?}", redis.client_config().server);
         Arc::new(Engine {
             redis,
-            script_client,
+            separate_script_client,
             scripts,
             client_id: Uuid::new_v4(),
             settings,
@@ -320,8 +322,8 @@ impl Engine {
                 }
             }
         }
-        if let Some(scripts) = &self.script_client {
-            let _ = scripts.quit().await;
+        if self.separate_script_client {
+            let _ = self.scripts.client().quit().await;
         }
         if self.owns_redis {
             let _ = self.redis.quit().await;
@@ -340,7 +342,10 @@ impl Drop for Engine {
         if already_closed {
             return;
         }
-        let mut clients: Vec<Client> = self.script_client.iter().cloned().collect();
+        let mut clients = Vec::new();
+        if self.separate_script_client {
+            clients.push(self.scripts.client().clone());
+        }
         if self.owns_redis {
             clients.push(self.redis.clone());
         }

@@ -126,15 +126,15 @@ pub(crate) fn is_transient(error: &RedisError) -> bool {
                 "LOADING",
                 "MASTERDOWN",
                 "READONLY",
-                "TRYAGAIN",
                 "CLUSTERDOWN",
                 "BUSY",
             ]
             .iter()
             .any(|prefix| details.starts_with(prefix))
                 || details.contains("Too many failed write attempts")
-                // A redirection not followed: the command did not run.
+                // A redirection not followed, or keys split by a migration: it did not run.
                 || crate::redirect::is_redirected(error)
+                || crate::redirect::is_try_again(error)
                 || details.contains("Connection closed")
                 // fred between a dropped connection and its replacement.
                 || details.contains("Failed to route command")

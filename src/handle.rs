@@ -219,8 +219,10 @@ impl Handle {
     ) -> impl Future<Output = Result<Attempt<LockGuard>>> + Send + 'static {
         let sent_at = Instant::now();
         let lock = &self.lock;
-        let permit = queued.map(|wire| (lock.engine.queueing_permit(), wire.enter()));
-        let permit = permit.map(|(client, waiter)| client.map(|client| (client, waiter)));
+        let permit = queued.map(|wire| {
+            let client = lock.engine.queueing_permit();
+            client.map(|client| (client, wire.enter()))
+        });
         let call = lock.kind.acquire(lock, owner, lease_ms, wait);
         let script = call.script;
         let in_flight = InFlight::new(

@@ -16,9 +16,12 @@ use fred::interfaces::{ClientLike, ClusterInterface, LuaInterface};
 use fred::types::config::Options;
 use fred::types::{ClusterHash, CustomCommand, Value};
 
+use crate::backoff::{doubled, TRY_AGAIN_PAUSE};
 use crate::error::{is_noscript, Error, Result};
 use crate::keys::Str;
-use crate::redirect::{is_redirected, send_asking, slot_view, slot_view_of, MAX_REDIRECTIONS};
+use crate::redirect::{
+    is_redirected, is_try_again, send_asking, slot_view, slot_view_of, MAX_REDIRECTIONS,
+};
 
 pub(crate) type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
 
@@ -297,7 +300,7 @@ impl Evalsha {
                         return reply;
                     }
                     tokio::time::sleep(pause).await;
-                    pause = (pause * 2).min(TRY_AGAIN_PAUSE.1);
+                    pause = doubled(pause, TRY_AGAIN_PAUSE.1);
                     // The resend meets the migration's redirections again; the time, not
                     // their count, bounds a migration's wait.
                     redirections = 0;
@@ -309,16 +312,6 @@ impl Evalsha {
             reply = self.redirected().await;
         }
     }
-}
-
-/// The first and the longest pause before sending again a script refused with TRYAGAIN.
-const TRY_AGAIN_PAUSE: (Duration, Duration) =
-    (Duration::from_millis(5), Duration::from_millis(100));
-
-/// Whether a cluster node refused a script whose keys a slot's migration keeps apart (some
-/// moved, some not yet): it did not run.
-fn is_try_again(error: &RedisError) -> bool {
-    error.details().starts_with("TRYAGAIN")
 }
 
 /// Reads a script's nil-or-integer reply.
