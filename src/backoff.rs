@@ -9,8 +9,6 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use tokio::time::Instant;
 
-use crate::attempt::Attempt;
-
 /// The sleeps between the attempts of a spinning waiter, as Redisson's `LockOptions`
 /// back-offs. The sequence starts over with each waiting call.
 ///
@@ -198,24 +196,19 @@ impl Pace {
         }
     }
 
-    /// Turns a busy attempt's wait into the next sleep.
-    pub(crate) fn pace<T>(&self, attempt: Attempt<T>) -> Attempt<T> {
-        match attempt {
-            Attempt::Busy { ttl: Some(ttl) } if !ttl.is_zero() => {
+    /// The sleep after a busy attempt whose reply said to wait `ttl`.
+    pub(crate) fn sleep(&self, ttl: Option<Duration>) -> Duration {
+        match ttl {
+            Some(ttl) if !ttl.is_zero() => {
                 self.next_ms.store(PACE.0, Ordering::Relaxed);
-                Attempt::Busy {
-                    ttl: Some(ttl.min(self.longest)),
-                }
+                ttl.min(self.longest)
             }
-            Attempt::Busy { .. } => {
+            _ => {
                 let pause = self.next_ms.load(Ordering::Relaxed);
                 self.next_ms
                     .store((pause * 2).min(PACE.1), Ordering::Relaxed);
-                Attempt::Busy {
-                    ttl: Some(Duration::from_millis(pause).min(self.longest)),
-                }
+                Duration::from_millis(pause).min(self.longest)
             }
-            acquired => acquired,
         }
     }
 }

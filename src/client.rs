@@ -541,9 +541,8 @@ impl LockClientBuilder {
         let clustered = redis.is_clustered();
         let probed = async {
             let script_client = if clustered {
-                let scripts = redirect::script_client(&redis).await?;
-                let client = scripts.client().clone();
-                driven.push(scripts);
+                let (client, task) = redirect::script_client(&redis).await?;
+                driven.push(Driven::new(client.clone(), task));
                 Some(client)
             } else {
                 None

@@ -190,7 +190,12 @@ impl Handle {
         };
         let attempt = || async {
             let attempted = self.attempt(owner, lease_ms, wait, Some(&on_the_wire));
-            Ok(pace.pace(attempted.await?))
+            Ok(match attempted.await? {
+                Attempt::Busy { ttl } => Attempt::Busy {
+                    ttl: Some(pace.sleep(ttl)),
+                },
+                acquired => acquired,
+            })
         };
         match wait::acquire(engine, wake, deadline, attempt).await {
             Ok(Some(guard)) => {

@@ -15,9 +15,7 @@ use fred::clients::Client;
 use fred::error::{Error as RedisError, ErrorKind};
 use fred::interfaces::{ClientLike, ClusterInterface};
 use fred::types::config::{Options, Server};
-use fred::types::{Builder, ClusterHash, CustomCommand, Value};
-
-use crate::connection_tasks::Driven;
+use fred::types::{Builder, ClusterHash, ConnectHandle, CustomCommand, Value};
 
 /// How many redirections of one script are followed: a move and a migration, with room.
 pub(crate) const MAX_REDIRECTIONS: usize = 5;
@@ -27,7 +25,7 @@ pub(crate) const MAX_REDIRECTIONS: usize = 5;
 ///
 /// # Errors
 /// When the client cannot be built or connect.
-pub(crate) async fn script_client(redis: &Client) -> Result<Driven, RedisError> {
+pub(crate) async fn script_client(redis: &Client) -> Result<(Client, ConnectHandle), RedisError> {
     let mut connection = redis.connection_config().clone();
     connection.max_redirections = 0;
     let mut builder = Builder::from_config(redis.client_config());
@@ -39,7 +37,7 @@ pub(crate) async fn script_client(redis: &Client) -> Result<Driven, RedisError> 
     }
     let client = builder.build()?;
     match client.init().await {
-        Ok(task) => Ok(Driven::new(client, task)),
+        Ok(task) => Ok((client, task)),
         Err(error) => {
             // Connected to some masters, perhaps: fred keeps those until QUIT.
             let _ = client.quit().await;
