@@ -17,7 +17,7 @@ use crate::observe;
 use crate::owner::LockOwner;
 use crate::protocol::Target;
 use crate::release::{release_settled, By, Released};
-use crate::script::BoxFuture;
+use crate::script::{boxed_in_place, BoxFuture};
 use crate::time::{lease_end, millis};
 use crate::watchdog::{HoldKey, Leaving, Ticket, Watchdog};
 
@@ -147,9 +147,13 @@ pub(crate) struct Finishing<T: Send + 'static> {
 }
 
 impl<T: Send + 'static> Finishing<T> {
-    pub(crate) fn new(release: impl Future<Output = T> + Send + 'static) -> Finishing<T> {
+    /// The release `make` returns (made in its box: see [`boxed_in_place`]).
+    pub(crate) fn new<F>(make: impl FnOnce() -> F) -> Finishing<T>
+    where
+        F: Future<Output = T> + Send + 'static,
+    {
         Finishing {
-            release: Some(Box::pin(release)),
+            release: Some(boxed_in_place(make)),
         }
     }
 }
@@ -243,8 +247,8 @@ impl LockGuard {
     /// frees itself when its lease runs out.
     pub fn unlock(mut self) -> impl Future<Output = Result<()>> + Send + 'static {
         self.active = false;
-        let release = self.release();
-        Finishing::new(async move { release?.await })
+        let departure = self.depart();
+        Finishing::new(|| async move { departure?.release().await })
     }
 
     /// Gives up the guard but keeps the hold (and its watchdog renewal); release it later
@@ -293,30 +297,51 @@ impl LockGuard {
         self.token
     }
 
-    /// Gives up this guard's part and returns the release it calls for, or `NotHeld` at once
-    /// when the hold is already known to be lost: whatever the owner holds now is a newer
-    /// hold, not this one, so nothing is sent.
-    fn release(&mut self) -> Result<impl Future<Output = Result<()>> + Send + 'static> {
+    /// Gives up this guard's part and returns what releasing its hold takes, or `NotHeld` at
+    /// once when the hold is already known to be lost: whatever the owner holds now is a
+    /// newer hold, not this one, so nothing is sent.
+    fn depart(&mut self) -> Result<Departure> {
         // After shutdown nothing is sent: the hold expires with its lease.
         self.lock.engine.check_open()?;
-        let not_held = |lock: &Target, owner: &LockOwner| Error::not_held(&lock.name, owner);
         observe::held(self.lock.kind.kind(), self.held_since);
         let Some(Leaving {
             generation,
             keep_alive,
         }) = self.renewal.finish(&self.lock.engine.watchdog)
         else {
-            return Err(not_held(&self.lock, &self.owner));
+            return Err(Error::not_held(&self.lock.name, &self.owner));
         };
-        let (lock, owner) = (self.lock.clone(), self.owner.clone());
-        // Long enough for the owner's other holds that this client knows of.
-        let lease_ms = keep_alive.map_or(self.lease_ms, millis);
-        Ok(async move {
-            match release_settled(&lock, &owner, lease_ms, Some(generation), By::Guard).await? {
-                Released::NotHeld => Err(not_held(&lock, &owner)),
-                Released::Partly | Released::Fully => Ok(()),
-            }
+        Ok(Departure {
+            lock: self.lock.clone(),
+            owner: self.owner.clone(),
+            // Long enough for the owner's other holds that this client knows of.
+            lease_ms: keep_alive.map_or(self.lease_ms, millis),
+            generation,
         })
+    }
+}
+
+/// The release a guard that gave up its part calls for. Small: the release's own future
+/// (kilobytes) is made where it is awaited, not carried in here.
+struct Departure {
+    lock: Arc<Target>,
+    owner: LockOwner,
+    lease_ms: i64,
+    generation: u64,
+}
+
+impl Departure {
+    async fn release(self) -> Result<()> {
+        let Departure {
+            lock,
+            owner,
+            lease_ms,
+            generation,
+        } = self;
+        match release_settled(&lock, &owner, lease_ms, Some(generation), By::Guard).await? {
+            Released::NotHeld => Err(Error::not_held(&lock.name, &owner)),
+            Released::Partly | Released::Fully => Ok(()),
+        }
     }
 }
 
@@ -325,12 +350,12 @@ impl Drop for LockGuard {
         if !self.active {
             return;
         }
-        let Ok(release) = self.release() else {
+        let Ok(departure) = self.depart() else {
             return;
         };
         let name = self.lock.name.clone();
         release_in_background(async move {
-            match release.await {
+            match departure.release().await {
                 Ok(()) | Err(Error::NotHeld { .. }) => {}
                 Err(error) => {
                     tracing::warn!(%error, lock = %name, "releasing a dropped guard failed; the hold expires with its lease")

@@ -22,6 +22,7 @@ use crate::observe::{self, Since};
 use crate::owner::LockOwner;
 use crate::protocol::{OnTheWire, Place, Protocol, Target};
 use crate::release::{release, release_settled, replicated, By, Released};
+use crate::script::boxed_in_place;
 use crate::time::millis;
 use crate::wait::{self, Wait, WaitStrategy, Wake};
 
@@ -233,7 +234,7 @@ impl Handle {
         let in_flight = InFlight::new(
             {
                 let (lock, owner) = (lock.clone(), owner.clone());
-                Box::pin(async move {
+                boxed_in_place(|| async move {
                     let _permit = permit.transpose()?;
                     let (engine, key) = (&lock.engine, &lock.keys.raw);
                     let (reply, confirmation) =
@@ -286,7 +287,7 @@ impl Handle {
         owner: &LockOwner,
     ) -> impl Future<Output = Result<()>> + Send + 'static {
         let (handle, owner) = (self.clone(), owner.clone());
-        Finishing::new(async move {
+        Finishing::new(|| async move {
             let lock = &handle.lock;
             let lease_ms = handle.lease.millis(&lock.engine);
             let hold = lock.hold_key(&owner);

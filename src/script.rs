@@ -148,14 +148,22 @@ impl ScriptRunner {
     /// Only answers that prove the script did not run lead to another send: a cluster's
     /// redirection (see [`redirect`](crate::redirect)), and NOSCRIPT, after a load.
     ///
-    /// The future is boxed: fred's command futures are large, and every lock future that
-    /// awaits a script would otherwise carry (and copy) kilobytes of their state.
-    pub(crate) fn run(&self, call: Call) -> BoxFuture<Result<Value, RedisError>> {
+    /// fred's command futures are large (kilobytes, mostly for paths a script never takes)
+    /// and are copied when moved, so the one send in flight is made in a box of its own
+    /// ([`boxed_in_place`]), as is the rare follow-up: the future returned is small.
+    pub(crate) fn run(
+        &self,
+        call: Call,
+    ) -> impl Future<Output = Result<Value, RedisError>> + Send + 'static {
         let send = self.sender(call);
-        Box::pin(async move {
+        async move {
             let reply = send.once().await;
-            send.settle(reply).await
-        })
+            if is_final(&reply) {
+                reply
+            } else {
+                Box::pin(send.settle(reply)).await
+            }
+        }
     }
 
     /// [`run`](Self::run), with `behind` (a WAIT, say) sent right behind the EVALSHA, so
@@ -169,7 +177,7 @@ impl ScriptRunner {
     ) -> BoxFuture<(Result<Value, RedisError>, Option<T>)> {
         let send = self.sender(call);
         Box::pin(async move {
-            let mut sent = std::pin::pin!(send.once());
+            let mut sent = send.once();
             // fred queues a command in its first poll: the EVALSHA goes first.
             let early = std::future::poll_fn(|cx| Poll::Ready(sent.as_mut().poll(cx))).await;
             let reply = async {
@@ -179,9 +187,7 @@ impl ScriptRunner {
                 }
             };
             match tokio::join!(reply, behind) {
-                (Err(error), _) if is_noscript(&error) || is_redirected(&error) => {
-                    (send.settle(Err(error)).await, None)
-                }
+                (reply, _) if !is_final(&reply) => (Box::pin(send.settle(reply)).await, None),
                 (reply, followed) => (reply, Some(followed)),
             }
         })
@@ -205,10 +211,10 @@ struct Evalsha {
 }
 
 impl Evalsha {
-    /// One EVALSHA.
-    async fn once(&self) -> Result<Value, RedisError> {
+    /// One EVALSHA, made in a box (see [`ScriptRunner::run`]).
+    fn once(&self) -> Pin<Box<dyn Future<Output = Result<Value, RedisError>> + Send + '_>> {
         let (command, argv) = self.command();
-        self.redis.custom::<Value, Value>(command, argv).await
+        boxed_in_place(|| self.redis.custom::<Value, Value>(command, argv))
     }
 
     /// The EVALSHA's command and arguments.
@@ -311,6 +317,22 @@ impl Evalsha {
             }
             reply = self.redirected().await;
         }
+    }
+}
+
+/// The future `make` returns, boxed. The box is allocated first, so that the compiler makes
+/// a large future in it; `Box::pin(future)` makes it on the stack and copies it over.
+pub(crate) fn boxed_in_place<F: Future>(make: impl FnOnce() -> F) -> Pin<Box<F>> {
+    let slot = Box::new_uninit();
+    Box::into_pin(Box::write(slot, make()))
+}
+
+/// Whether `reply` is a script's answer, where [`Evalsha::settle`] has nothing to do: it
+/// neither was redirected nor found the script missing.
+fn is_final(reply: &Result<Value, RedisError>) -> bool {
+    match reply {
+        Err(error) => !(is_noscript(error) || is_redirected(error) || is_try_again(error)),
+        Ok(_) => true,
     }
 }
 
