@@ -407,6 +407,20 @@ mod tests {
     }
 
     #[test]
+    fn a_script_future_is_small_as_fred_s_command_future_has_a_box_of_its_own() {
+        let runner = ScriptRunner::new(Client::default(), Duration::from_secs(1));
+        let call = Call::of(&LOCK_RELEASE, [Value::from("k1")], [Value::from("a1")]);
+        let command = CustomCommand::new_static("EVALSHA", ClusterHash::Custom(0), false);
+        let fred_future = runner.redis.custom::<Value, Value>(command, vec![]);
+        let (script, fred) = (size_of_val(&runner.run(call)), size_of_val(&fred_future));
+        // Every lock future that awaits a script carries this, and would copy fred's state.
+        assert!(
+            script * 8 < fred,
+            "a script's future is {script} bytes, fred's {fred}"
+        );
+    }
+
+    #[test]
     fn a_call_keeps_its_keys_before_its_arguments() {
         let mut call = Call::of(&LOCK_RELEASE, [Value::from("k1")], [Value::from("a1")]);
         call.push_key(Value::from("k2"));
