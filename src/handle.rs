@@ -246,8 +246,11 @@ impl Handle {
                     if let Attempt::Acquired(_) = attempt {
                         if let Err(error) = engine.confirm(confirmation, key, &lock.name).await {
                             // Undo exactly this acquisition: a failover could lose it.
+                            // Boxed, as rare: it would double this future's size, whose
+                            // box every acquisition allocates.
                             let keep_alive = engine.watchdog.keep_alive(&lock.hold_key(&owner));
-                            drop(release(&lock, &owner, keep_alive.map_or(lease_ms, millis)).await);
+                            let lease_ms = keep_alive.map_or(lease_ms, millis);
+                            drop(Box::pin(release(&lock, &owner, lease_ms)).await);
                             return Err(error);
                         }
                     }
