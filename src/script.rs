@@ -327,8 +327,9 @@ pub(crate) fn boxed_in_place<F: Future>(make: impl FnOnce() -> F) -> Pin<Box<F>>
     Box::into_pin(Box::write(slot, make()))
 }
 
-/// Whether `reply` is a script's answer, where [`Evalsha::settle`] has nothing to do: it
-/// neither was redirected nor found the script missing.
+/// Whether `reply` is a script's answer, where [`Evalsha::settle`] has nothing to do: not a
+/// redirection, a refusal while a slot migrates (TRYAGAIN), or a missing script, each of
+/// which proves the script did not run and calls for another send.
 fn is_final(reply: &Result<Value, RedisError>) -> bool {
     match reply {
         Err(error) => !(is_noscript(error) || is_redirected(error) || is_try_again(error)),
