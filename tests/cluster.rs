@@ -463,6 +463,43 @@ async fn scripts_follow_ask_while_a_slot_migrates() {
     guard.unlock().await.unwrap();
 }
 
+/// A release whose hash is still on a master that began to migrate its slot finds the hash
+/// there but not its channel or latch, and the master refuses it with TRYAGAIN at once (no
+/// ASK first). With a replica to confirm it, the release goes with a WAIT right behind it; it
+/// is sent again until the migration ends, not only as often as a release resends a lost
+/// reply.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_with_a_wait_behind_it_is_sent_again_while_refused_with_try_again() {
+    let cluster = Cluster::start();
+    let client = cluster_client(&cluster, PubSubMode::Auto).await;
+    let me = client.new_owner();
+    let name = "{split}held";
+    let guard = client.lock(name).unwrap().lock(&me).await.unwrap();
+    let slot = cluster.slot(name);
+    let to = cluster.other_master(slot);
+    let from = cluster.begin_migration(slot, &to);
+    let try_again_before = refused_with_try_again(&cluster, [&from, &to]);
+
+    let releasing = tokio::spawn(guard.unlock());
+    eventually(
+        10 * SECOND,
+        "a release refused more often than it is resent after a lost reply",
+        || refused_with_try_again(&cluster, [&from, &to]) >= try_again_before + 5,
+    )
+    .await;
+    // The migration is called off: the slot stays with the master that has the hash.
+    let slot_text = slot.to_string();
+    for node in [&to, &from] {
+        let stable = ["CLUSTER", "SETSLOT", &slot_text, "STABLE"];
+        assert_eq!(cluster.server(node.port).command(&stable), "OK");
+    }
+    releasing
+        .await
+        .unwrap()
+        .expect("the release is sent again until the migration ends");
+    assert_eq!(pttl(cluster.master_of(name), name), -2);
+}
+
 /// How many commands `nodes` refused with TRYAGAIN.
 fn refused_with_try_again<'a>(
     cluster: &Cluster,
