@@ -446,12 +446,7 @@ async fn scripts_follow_ask_while_a_slot_migrates() {
     // slot's masters refuse with TRYAGAIN: it is sent again until the migration ends.
     let try_again_before = refused_with_try_again(&cluster, [&from, &to]);
     let releasing = tokio::spawn(reentered.unlock());
-    eventually(
-        10 * SECOND,
-        "a release refused more often than it is resent after a lost reply",
-        || refused_with_try_again(&cluster, [&from, &to]) >= try_again_before + 4,
-    )
-    .await;
+    refused_again(&cluster, [&from, &to], try_again_before + 4).await;
     cluster.end_migration(slot, &from, &to);
     releasing
         .await
@@ -481,12 +476,7 @@ async fn a_release_with_a_wait_behind_it_is_sent_again_while_refused_with_try_ag
     let try_again_before = refused_with_try_again(&cluster, [&from, &to]);
 
     let releasing = tokio::spawn(guard.unlock());
-    eventually(
-        10 * SECOND,
-        "a release refused more often than it is resent after a lost reply",
-        || refused_with_try_again(&cluster, [&from, &to]) >= try_again_before + 5,
-    )
-    .await;
+    refused_again(&cluster, [&from, &to], try_again_before + 5).await;
     // The migration is called off: the slot stays with the master that has the hash.
     let slot_text = slot.to_string();
     for node in [&to, &from] {
@@ -498,6 +488,17 @@ async fn a_release_with_a_wait_behind_it_is_sent_again_while_refused_with_try_ag
         .unwrap()
         .expect("the release is sent again until the migration ends");
     assert_eq!(pttl(cluster.master_of(name), name), -2);
+}
+
+/// Waits until `nodes` have refused `count` commands with TRYAGAIN in all: more than a
+/// release is resent after a lost reply, when `count` is taken high enough.
+async fn refused_again(cluster: &Cluster, nodes: [&ClusterNode; 2], count: u64) {
+    eventually(
+        10 * SECOND,
+        "a release refused more often than it is resent after a lost reply",
+        || refused_with_try_again(cluster, nodes) >= count,
+    )
+    .await;
 }
 
 /// How many commands `nodes` refused with TRYAGAIN.
