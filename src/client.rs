@@ -8,7 +8,7 @@ use std::time::Duration;
 use fred::clients::{Client, SubscriberClient};
 use fred::interfaces::ClientLike;
 use fred::types::config::{Config, ReconnectPolicy};
-use fred::types::Builder;
+use fred::types::{Builder, ConnectHandle};
 use uuid::Uuid;
 
 use crate::connection_tasks::{self, Driven};
@@ -354,10 +354,12 @@ impl LockClientBuilder {
 
     /// Use clients you built and connected yourself. `subscriber` receives the unlock
     /// messages and is dedicated to this client, which closes it at shutdown; when `None`,
-    /// one is made with `redis`'s configuration. Give `redis` a reconnect policy, or it will
-    /// not reconnect, and an unresponsive timeout (`ConnectionConfig::unresponsive`), or a
-    /// half-open connection is never replaced. Keep the handle of `redis`'s connection task
-    /// (what `init()` returns) and start it again if it ends: fred ends it for good on some
+    /// one is made with `redis`'s configuration and reconnect policy, and its connection
+    /// task is watched for you (started again if it ends). Give `redis` a reconnect policy,
+    /// or it will not reconnect, and an unresponsive timeout
+    /// (`ConnectionConfig::unresponsive`), or a half-open connection is never replaced. Keep
+    /// the handle of `redis`'s connection task (what `init()` returns), and of `subscriber`'s
+    /// when you give one, and start it again if it ends: fred ends it for good on some
     /// errors (see the topology guide); the clients this crate makes are watched for you.
     /// `redis` stays open after [`LockClient::shutdown`]: it is yours.
     /// On a cluster the lock scripts go through one more client made with `redis`'s
@@ -497,9 +499,12 @@ impl LockClientBuilder {
                         (command_timeout / 4).max(Duration::from_millis(2));
                 });
         };
-        // The clients this build makes, whose connection tasks it keeps running.
+        // The clients this build makes, whose connection tasks it keeps running (the
+        // subscriber's is added once the build succeeded), and the command clients among
+        // them, which a failed build quits.
         let mut driven = Vec::new();
-        let (redis, subscriber, owns_redis, owns_subscriber) = match self.source {
+        let mut opened = Vec::new();
+        let (redis, subscriber, subscriber_task, owns_redis) = match self.source {
             Source::None => {
                 return Err(Error::invalid(
                     "no Redis server given: call url(), config() or clients()",
@@ -513,18 +518,19 @@ impl LockClientBuilder {
                     ));
                 }
                 let config = Config::from_url(&url)?;
-                let (redis, subscriber) = connect(config, configure).await?;
-                let client = redis.client().clone();
-                driven.push(redis);
-                (client, subscriber, true, true)
+                let (redis, task, subscriber, subscriber_task) = connect(config, configure).await?;
+                driven.push(Driven::new(redis.clone(), task));
+                opened.push(redis.clone());
+                (redis, subscriber, Some(subscriber_task), true)
             }
             Source::Config(config) => {
-                let (redis, subscriber) = connect(*config, configure).await?;
-                let client = redis.client().clone();
-                driven.push(redis);
-                (client, subscriber, true, true)
+                let (redis, task, subscriber, subscriber_task) =
+                    connect(*config, configure).await?;
+                driven.push(Driven::new(redis.clone(), task));
+                opened.push(redis.clone());
+                (redis, subscriber, Some(subscriber_task), true)
             }
-            Source::Clients(redis, Some(subscriber)) => (redis, subscriber, false, false),
+            Source::Clients(redis, Some(subscriber)) => (redis, subscriber, None, false),
             Source::Clients(redis, None) => {
                 let mut builder = Builder::from_config(redis.client_config());
                 builder
@@ -534,8 +540,8 @@ impl LockClientBuilder {
                     builder.set_policy(policy);
                 }
                 let subscriber = builder.build_subscriber_client()?;
-                subscriber.init().await?;
-                (redis, subscriber, false, true)
+                let subscriber_task = subscriber.init().await?;
+                (redis, subscriber, Some(subscriber_task), false)
             }
         };
         let clustered = redis.is_clustered();
@@ -543,6 +549,7 @@ impl LockClientBuilder {
             let script_client = if clustered {
                 let (client, task) = redirect::script_client(&redis).await?;
                 driven.push(Driven::new(client.clone(), task));
+                opened.push(client.clone());
                 Some(client)
             } else {
                 None
@@ -560,10 +567,10 @@ impl LockClientBuilder {
             Err(error) => {
                 // Close what this build opened: fred keeps a connection (and reconnects it)
                 // until QUIT, whether or not anyone holds the client.
-                for opened in &driven {
-                    let _ = opened.client().quit().await;
+                for client in &opened {
+                    let _ = client.quit().await;
                 }
-                if owns_subscriber {
+                if subscriber_task.is_some() {
                     let _ = subscriber.quit().await;
                 }
                 return Err(error);
@@ -577,6 +584,10 @@ impl LockClientBuilder {
             renew_by_slot: self.renew_by_slot.unwrap_or(clustered),
             replica_wait,
         };
+        // Watched from here on: the subscriber is the engine's to quit at shutdown.
+        if let Some(task) = subscriber_task {
+            driven.push(Driven::new(subscriber.clone(), task));
+        }
         let engine = Engine::start(
             redis,
             script_client,
@@ -596,21 +607,23 @@ impl LockClientBuilder {
     }
 }
 
-/// The command client, with its connection task, and the subscriber, both connected.
+/// The command client and the subscriber, both connected, each with its connection task.
 async fn connect(
     config: Config,
     configure: impl Fn(&mut Builder),
-) -> Result<(Driven, SubscriberClient)> {
+) -> Result<(Client, ConnectHandle, SubscriberClient, ConnectHandle)> {
     let mut builder = Builder::from_config(config);
     configure(&mut builder);
     let redis = builder.build()?;
     let subscriber = builder.build_subscriber_client()?;
     let task = redis.init().await?;
-    if let Err(error) = subscriber.init().await {
-        let _ = redis.quit().await;
-        return Err(error.into());
+    match subscriber.init().await {
+        Ok(subscriber_task) => Ok((redis, task, subscriber, subscriber_task)),
+        Err(error) => {
+            let _ = redis.quit().await;
+            Err(error.into())
+        }
     }
-    Ok((Driven::new(redis, task), subscriber))
 }
 
 /// Whether `url` asks for TLS (`rediss://`, `valkeys://` and their cluster and sentinel forms).

@@ -2,18 +2,18 @@
 //!
 //! fred drives each client's connections from one task, and ends that task for good on some
 //! errors: an `ASK` redirection that reaches a command with no attempt left, for one (a
-//! command sent with a per-call `max_attempts` of 1 is enough). Every later command of that
-//! client would then time out, and so would every lock of the `LockClient`. One task per
-//! `LockClient` watches the connection tasks of the clients it made and starts a stopped one
-//! again until the client shuts down. Clients given to `LockClientBuilder::clients` are
-//! their owner's to watch.
+//! command sent with a per-call `max_attempts` of 1 is enough), or a dropped connection when
+//! the client has no reconnect policy (the subscriber made for clients given without one).
+//! Every later command of that client would then time out, and a subscriber would hear no
+//! message again. One task per `LockClient` watches the connection tasks of the clients it
+//! made and starts a stopped one again until the client shuts down. Clients given to
+//! `LockClientBuilder::clients` are their owner's to watch.
 
 use std::future::{poll_fn, Future};
 use std::pin::Pin;
 use std::task::Poll;
 use std::time::{Duration, Instant};
 
-use fred::clients::Client;
 use fred::interfaces::ClientLike;
 use fred::types::ConnectHandle;
 use tokio::sync::watch;
@@ -23,23 +23,23 @@ use crate::backoff::{doubled, RESTART_PAUSE};
 /// A task that ran this long was working: the next stop starts over at the first pause.
 const WORKED: Duration = Duration::from_secs(10);
 
-/// A client with the handle of its running connection task.
+/// Starts a client's connection task: `ClientLike::connect` of a command client or a
+/// subscriber.
+type Connect = Box<dyn Fn() -> ConnectHandle + Send>;
+
+/// A client, by what starts its connection task, with the handle of the running task.
 pub(crate) struct Driven {
-    client: Client,
+    connect: Connect,
     task: ConnectHandle,
     started: Instant,
     pause: Duration,
 }
 
 impl Driven {
-    pub(crate) fn client(&self) -> &Client {
-        &self.client
-    }
-
     /// `task`: what `client.init()` returned.
-    pub(crate) fn new(client: Client, task: ConnectHandle) -> Driven {
+    pub(crate) fn new(client: impl ClientLike + 'static, task: ConnectHandle) -> Driven {
         Driven {
-            client,
+            connect: Box::new(move || client.connect()),
             task,
             started: Instant::now(),
             pause: RESTART_PAUSE.0,
@@ -84,7 +84,7 @@ async fn watch_tasks(mut clients: Vec<Driven>, mut shutdown: watch::Receiver<boo
             _ = shutdown.wait_for(|closing| *closing) => return,
         }
         driven.pause = doubled(driven.pause, RESTART_PAUSE.1);
-        driven.task = driven.client.connect();
+        driven.task = (driven.connect)();
         driven.started = Instant::now();
     }
 }

@@ -284,3 +284,40 @@ async fn a_refused_resubscription_is_retried() {
     guard.unlock().await.unwrap();
     woken_and_released("the waiter after its resubscription", waiting).await;
 }
+
+/// The subscriber a client makes for `clients(redis, None)` takes `redis`'s reconnect
+/// policy. With none, fred ends the subscriber's connection task for good when its
+/// connection drops. The lock client starts that task again, subscribes its waiters'
+/// channels again, and a waiter wakes on the release's message.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subscriber_whose_connection_task_ended_is_started_again() {
+    let server = RedisServer::start();
+    let redis = Builder::from_config(Config::from_url(&server.url()).unwrap())
+        .build()
+        .unwrap();
+    redis.init().await.unwrap();
+    let c = LockClient::builder()
+        .clients(redis, None)
+        .build()
+        .await
+        .unwrap();
+    let holder = client(&server).await;
+    let name = "subscriber-restarted";
+    let channel = lock_channel(name);
+    let guard = holder.lock(name).unwrap().lock(&holder.new_owner()).await;
+    let guard = guard.unwrap();
+    let waiter = tokio::spawn(c.lock(name).unwrap().lock(&c.new_owner()));
+    eventually(10 * SECOND, "the waiter's subscription", || {
+        subscribers(&server, &channel) >= 1
+    })
+    .await;
+
+    // The only subscribed connection is the waiting client's.
+    assert_eq!(server.command(&["CLIENT", "KILL", "TYPE", "pubsub"]), "1");
+    eventually(10 * SECOND, "the channel subscribed again", || {
+        subscribers(&server, &channel) >= 1
+    })
+    .await;
+    guard.unlock().await.unwrap();
+    woken_and_released("waiter", waiter).await;
+}
