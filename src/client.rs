@@ -519,14 +519,14 @@ impl LockClientBuilder {
                 }
                 let config = Config::from_url(&url)?;
                 let (redis, task, subscriber, subscriber_task) = connect(config, configure).await?;
-                driven.push(Driven::new(redis.clone(), task));
+                driven.push(Driven::new("commands", redis.clone(), task));
                 opened.push(redis.clone());
                 (redis, subscriber, Some(subscriber_task), true)
             }
             Source::Config(config) => {
                 let (redis, task, subscriber, subscriber_task) =
                     connect(*config, configure).await?;
-                driven.push(Driven::new(redis.clone(), task));
+                driven.push(Driven::new("commands", redis.clone(), task));
                 opened.push(redis.clone());
                 (redis, subscriber, Some(subscriber_task), true)
             }
@@ -548,7 +548,7 @@ impl LockClientBuilder {
         let probed = async {
             let script_client = if clustered {
                 let (client, task) = redirect::script_client(&redis).await?;
-                driven.push(Driven::new(client.clone(), task));
+                driven.push(Driven::new("scripts", client.clone(), task));
                 opened.push(client.clone());
                 Some(client)
             } else {
@@ -586,7 +586,7 @@ impl LockClientBuilder {
         };
         // Watched from here on: the subscriber is the engine's to quit at shutdown.
         if let Some(task) = subscriber_task {
-            driven.push(Driven::new(subscriber.clone(), task));
+            driven.push(Driven::new("subscriber", subscriber.clone(), task));
         }
         let engine = Engine::start(
             redis,

@@ -19,6 +19,7 @@ use fred::types::ConnectHandle;
 use tokio::sync::watch;
 
 use crate::backoff::{doubled, RESTART_PAUSE};
+use crate::observe;
 
 /// A task that ran this long was working: the next stop starts over at the first pause.
 const WORKED: Duration = Duration::from_secs(10);
@@ -29,6 +30,9 @@ type Connect = Box<dyn Fn() -> ConnectHandle + Send>;
 
 /// A client, by what starts its connection task, with the handle of the running task.
 pub(crate) struct Driven {
+    /// Which of the client's connections this is, for logs and metrics: `commands`,
+    /// `scripts` or `subscriber`.
+    connection: &'static str,
     connect: Connect,
     task: ConnectHandle,
     started: Instant,
@@ -37,8 +41,13 @@ pub(crate) struct Driven {
 
 impl Driven {
     /// `task`: what `client.init()` returned.
-    pub(crate) fn new(client: impl ClientLike + 'static, task: ConnectHandle) -> Driven {
+    pub(crate) fn new(
+        connection: &'static str,
+        client: impl ClientLike + 'static,
+        task: ConnectHandle,
+    ) -> Driven {
         Driven {
+            connection,
             connect: Box::new(move || client.connect()),
             task,
             started: Instant::now(),
@@ -74,7 +83,9 @@ async fn watch_tasks(mut clients: Vec<Driven>, mut shutdown: watch::Receiver<boo
         if driven.started.elapsed() >= WORKED {
             driven.pause = RESTART_PAUSE.0;
         }
+        observe::connection_restarted(driven.connection);
         tracing::warn!(
+            connection = driven.connection,
             %error,
             pause_ms = driven.pause.as_millis() as u64,
             "the driver's connection task stopped; starting it again"

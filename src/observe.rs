@@ -42,6 +42,9 @@ mod name {
     pub(super) const PUBSUB_RECONNECTS: &str = "redisson_lock_pubsub_reconnects_total";
     /// Counter: channels subscribed again after a reconnect.
     pub(super) const RESUBSCRIPTIONS: &str = "redisson_lock_pubsub_resubscriptions_total";
+    /// Counter `{connection}`: connection tasks of the driver started again after they ended
+    /// (`commands`, `scripts`, `subscriber`).
+    pub(super) const CONNECTION_RESTARTS: &str = "redisson_lock_connection_restarts_total";
 }
 
 /// The prefix of the name this crate gives its command connection (`CLIENT SETNAME`):
@@ -209,6 +212,15 @@ pub(crate) fn pubsub_reconnected(channels: usize) {
         metrics::counter!(name::RESUBSCRIPTIONS).increment(channels as u64);
     }
     let _ = channels;
+}
+
+/// The driver's connection task of `connection` (`commands`, `scripts` or `subscriber`)
+/// ended and is being started again.
+#[inline]
+pub(crate) fn connection_restarted(connection: &'static str) {
+    #[cfg(feature = "metrics")]
+    metrics::counter!(name::CONNECTION_RESTARTS, "connection" => connection).increment(1);
+    let _ = connection;
 }
 
 /// A sharded subscription followed its slot to a new master.

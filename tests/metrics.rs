@@ -189,4 +189,32 @@ async fn a_known_run_is_counted() {
     assert!(counter("redisson_lock_pubsub_resubscriptions_total{}") >= 1);
     waiter.abort();
     server_client.shutdown().await;
+
+    // A subscriber made for a command client without a reconnect policy has none either:
+    // fred ends its connection task when the connection drops, and it is started again.
+    assert_eq!(
+        counter("redisson_lock_connection_restarts_total{connection=subscriber}"),
+        0
+    );
+    let config = fred::prelude::Config::from_url(&server.url()).unwrap();
+    let redis = fred::prelude::Builder::from_config(config).build().unwrap();
+    fred::prelude::ClientLike::init(&redis).await.unwrap();
+    let given = redisson_lock::LockClient::builder()
+        .clients(redis, None)
+        .build()
+        .await
+        .unwrap();
+    let waiter = tokio::spawn({
+        let busy = given.lock("metrics:busy").unwrap();
+        let owner = given.new_owner();
+        async move { busy.try_lock_for(&owner, Duration::from_secs(60)).await }
+    });
+    subscribed(&server, &lock_channel("metrics:busy")).await;
+    server.command(&["CLIENT", "KILL", "TYPE", "pubsub"]);
+    eventually(10 * SECOND, "the subscriber's task started again", || {
+        counter("redisson_lock_connection_restarts_total{connection=subscriber}") >= 1
+    })
+    .await;
+    waiter.abort();
+    given.shutdown().await;
 }
