@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use fred::clients::{Client, SubscriberClient};
+use fred::clients::{Client, Pipeline, SubscriberClient};
 use fred::error::Error as RedisError;
 use fred::interfaces::{ClientLike, ClusterInterface, EventInterface, PubsubInterface};
 use fred::types::config::Server;
@@ -593,12 +593,17 @@ impl Task {
     /// master of a cluster.
     async fn subscribe_classic(&mut self, channels: &[Arc<str>]) -> Result<(), RedisError> {
         let names: Vec<String> = channels.iter().map(|c| c.to_string()).collect();
-        self.subscriber.subscribe(names).await?;
-        // fred returns before the server has processed SUBSCRIBE; a PING on the same
-        // connection (fred sends classic pub/sub commands of a cluster to one node) is
-        // answered after it.
+        // fred answers SUBSCRIBE before the server does and drops the server's
+        // confirmation; a refusal (a user without the channel) becomes the reply of the
+        // next command queued on the connection, or is lost when none is queued yet. A PING
+        // sent with it in one pipeline (fred sends classic pub/sub commands of a cluster to
+        // one node) is queued before either reply arrives: it gets the refusal, or its
+        // answer once the server has subscribed.
+        let pipeline = Pipeline::from(self.subscriber.clone());
+        let () = pipeline.subscribe(names).await?;
         let ping = CustomCommand::new_static("PING", self.classic_node(), false);
-        self.subscriber.custom::<Value, Value>(ping, vec![]).await?;
+        let _: Value = pipeline.custom::<Value, Value>(ping, vec![]).await?;
+        let _: Value = pipeline.last().await?;
         if let ClusterHash::Custom(slot) = self.classic_node() {
             let routing = self.subscriber.cached_cluster_state();
             self.classic_master = routing.and_then(|routing| routing.get_server(slot).cloned());
