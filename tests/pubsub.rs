@@ -150,18 +150,25 @@ async fn a_channel_lingers_briefly_so_a_returning_waiter_skips_subscribing() {
         scripts_reach(&server, before + 1).await;
         held.unlock().await.unwrap();
         woken_and_released("the returning waiter", pending).await;
+        // Its attempt before waiting, the release, its attempt that took the lock, its
+        // release: no attempt right after subscribing. On a busy machine the message of
+        // round one's last release can reach the client after this round's first attempt
+        // began, and it is answered by one more attempt: then the rounds play again.
+        let scripts = evalsha_calls(&server) - before;
         if command_calls(&server, "unsubscribe") == 0 {
             assert_eq!(
                 command_calls(&server, "subscribe"),
                 1,
                 "the lingering subscription was reused"
             );
-            // Its attempt before waiting, the release, its attempt that took the lock, its
-            // release: no attempt right after subscribing.
-            assert_eq!(evalsha_calls(&server), before + 4);
-            break;
+            if scripts == 4 {
+                break;
+            }
         }
-        assert!(round < 5, "the channel was unsubscribed at once every time");
+        assert!(
+            round < 5,
+            "no round reused the lingering channel with 4 scripts (the last ran {scripts})"
+        );
         eventually(5 * SECOND, "unsubscribed before playing again", || {
             no_channels(&server)
         })
