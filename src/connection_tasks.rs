@@ -83,7 +83,6 @@ async fn watch_tasks(mut clients: Vec<Driven>, mut shutdown: watch::Receiver<boo
         if driven.started.elapsed() >= WORKED {
             driven.pause = RESTART_PAUSE.0;
         }
-        observe::connection_restarted(driven.connection);
         tracing::warn!(
             connection = driven.connection,
             %error,
@@ -97,6 +96,7 @@ async fn watch_tasks(mut clients: Vec<Driven>, mut shutdown: watch::Receiver<boo
         driven.pause = doubled(driven.pause, RESTART_PAUSE.1);
         driven.task = (driven.connect)();
         driven.started = Instant::now();
+        observe::connection_restarted(driven.connection);
     }
 }
 

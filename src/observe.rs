@@ -215,7 +215,7 @@ pub(crate) fn pubsub_reconnected(channels: usize) {
 }
 
 /// The driver's connection task of `connection` (`commands`, `scripts` or `subscriber`)
-/// ended and is being started again.
+/// ended and was started again.
 #[inline]
 pub(crate) fn connection_restarted(connection: &'static str) {
     #[cfg(feature = "metrics")]
