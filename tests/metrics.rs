@@ -196,14 +196,7 @@ async fn a_known_run_is_counted() {
         counter("redisson_lock_connection_restarts_total{connection=subscriber}"),
         0
     );
-    let config = fred::prelude::Config::from_url(&server.url()).unwrap();
-    let redis = fred::prelude::Builder::from_config(config).build().unwrap();
-    fred::prelude::ClientLike::init(&redis).await.unwrap();
-    let given = redisson_lock::LockClient::builder()
-        .clients(redis, None)
-        .build()
-        .await
-        .unwrap();
+    let given = client_without_reconnect_policy(&server).await;
     let waiter = tokio::spawn({
         let busy = given.lock("metrics:busy").unwrap();
         let owner = given.new_owner();

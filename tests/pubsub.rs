@@ -299,15 +299,7 @@ async fn a_refused_resubscription_is_retried() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_subscriber_whose_connection_task_ended_is_started_again() {
     let server = RedisServer::start();
-    let redis = Builder::from_config(Config::from_url(&server.url()).unwrap())
-        .build()
-        .unwrap();
-    redis.init().await.unwrap();
-    let c = LockClient::builder()
-        .clients(redis, None)
-        .build()
-        .await
-        .unwrap();
+    let c = client_without_reconnect_policy(&server).await;
     let holder = client(&server).await;
     let name = "subscriber-restarted";
     let channel = lock_channel(name);

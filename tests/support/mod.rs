@@ -74,6 +74,20 @@ pub async fn client_with(
         .expect("connect to the test server")
 }
 
+/// A client built from a fred client of `server` that has no reconnect policy, as a user may
+/// give one: the subscriber the lock client makes for it has none either, so fred ends the
+/// subscriber's connection task when its connection drops.
+pub async fn client_without_reconnect_policy(server: &RedisServer) -> LockClient {
+    let config = fred::prelude::Config::from_url(&server.url()).unwrap();
+    let redis = fred::prelude::Builder::from_config(config).build().unwrap();
+    fred::prelude::ClientLike::init(&redis).await.unwrap();
+    LockClient::builder()
+        .clients(redis, None)
+        .build()
+        .await
+        .expect("connect to the test server")
+}
+
 /// A client of the deployment at `url` (a cluster, Sentinels, a replicated master) whose
 /// holds outlive the test unless released (30 s watchdog), with time for a topology change
 /// (5 s per command), configured further by `configure`.
