@@ -502,11 +502,11 @@ async fn dropped_acquires_leave_no_stray_hold() {
         let owner = c.new_owner();
         // On timeout the future is dropped: whatever it took is released in the background.
         if i % 2 == 0 {
-            if let Ok(guard) = tokio::time::timeout(spread(i, 400), lock.read(&owner)).await {
+            if let Ok(guard) = cut_off(spread(i, 400), lock.read(&owner)).await {
                 acquired += 1;
                 guard.unwrap().unlock().await.unwrap();
             }
-        } else if let Ok(guard) = tokio::time::timeout(spread(i, 400), lock.write(&owner)).await {
+        } else if let Ok(guard) = cut_off(spread(i, 400), lock.write(&owner)).await {
             acquired += 1;
             guard.unwrap().unlock().await.unwrap();
         }

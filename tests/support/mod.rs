@@ -120,6 +120,26 @@ pub fn spread(i: u64, max_micros: u64) -> Duration {
     Duration::from_micros(i.wrapping_mul(2_654_435_761) % max_micros)
 }
 
+/// Awaits `future` for `after`, to the microsecond, then drops it: `Err(())`. Tokio's timer
+/// counts whole milliseconds, so a `timeout` shorter than one lasts until the next tick
+/// whatever it asks for, and on a fast machine a round trip always beats it. This looks at
+/// the clock on every poll instead, polling again at once while the time is not up.
+pub async fn cut_off<T>(after: Duration, future: impl Future<Output = T>) -> Result<T, ()> {
+    let deadline = std::time::Instant::now() + after;
+    let mut future = std::pin::pin!(future);
+    std::future::poll_fn(|cx| {
+        if let std::task::Poll::Ready(value) = future.as_mut().poll(cx) {
+            return std::task::Poll::Ready(Ok(value));
+        }
+        if std::time::Instant::now() >= deadline {
+            return std::task::Poll::Ready(Err(()));
+        }
+        cx.waker().wake_by_ref();
+        std::task::Poll::Pending
+    })
+    .await
+}
+
 /// Awaits `future`, failing the test if it takes longer than `limit`.
 pub async fn within<T>(limit: Duration, what: &str, future: impl Future<Output = T>) -> T {
     match tokio::time::timeout(limit, future).await {
