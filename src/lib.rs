@@ -1,4 +1,17 @@
+// The README's links name files of the source tree; in rustdoc (and on docs.rs) these
+// definitions, which come first and so win, send them to the packaged files instead.
+#![doc = "[benchmarks]: https://docs.rs/crate/redisson-lock/latest/source/docs/benchmarks.md"]
+#![doc = "[choosing]: https://docs.rs/crate/redisson-lock/latest/source/docs/choosing.md"]
+#![doc = "[compatibility]: https://docs.rs/crate/redisson-lock/latest/source/docs/compatibility.md"]
+#![doc = "[design]: https://docs.rs/crate/redisson-lock/latest/source/docs/design.md"]
+#![doc = "[java-and-rust]: https://docs.rs/crate/redisson-lock/latest/source/docs/java-and-rust.md"]
+#![doc = "[operations]: https://docs.rs/crate/redisson-lock/latest/source/docs/operations.md"]
+#![doc = "[protocol]: https://docs.rs/crate/redisson-lock/latest/source/docs/protocol.md"]
+#![doc = "[reliability]: https://docs.rs/crate/redisson-lock/latest/source/docs/reliability.md"]
+#![doc = "[topologies]: https://docs.rs/crate/redisson-lock/latest/source/docs/topologies.md"]
+#![doc = ""]
 #![doc = include_str!("../README.md")]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![forbid(unsafe_code)]
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 #![deny(rustdoc::broken_intra_doc_links)]
@@ -6,6 +19,7 @@
 mod attempt;
 mod backoff;
 #[cfg(feature = "blocking")]
+#[cfg_attr(docsrs, doc(cfg(feature = "blocking")))]
 pub mod blocking;
 mod client;
 mod connection_tasks;
