@@ -11,6 +11,7 @@ use fred::types::config::{Config, ReconnectPolicy};
 use fred::types::{Builder, ConnectHandle};
 use uuid::Uuid;
 
+use crate::connection_name;
 use crate::connection_tasks::{self, Driven};
 use crate::engine::{Engine, Settings};
 use crate::error::{Error, Result};
@@ -21,12 +22,12 @@ use crate::inspect::{self, FoundLocks, LockState};
 use crate::lock::Lock;
 use crate::multi_lock::{MultiLock, MultiMember, RedLock};
 use crate::non_reentrant::{NonReentrantFairLock, NonReentrantLock};
-use crate::observe;
 use crate::owner::LockOwner;
 use crate::pubsub::{sharded_supported, Choice, PubSubMode};
 use crate::redirect;
 use crate::rw_lock::ReadWriteLock;
 use crate::spin_lock::SpinLock;
+use crate::url::{parse_url, uses_tls};
 
 /// A connection to Redis for locks: one command connection, one subscriber connection, one
 /// watchdog task and one pub/sub task, shared by every lock and guard made from it.
@@ -191,11 +192,11 @@ impl LockClient {
     }
 
     /// The clients of this crate connected now, by client id, each with its address: every
-    /// connection named `redisson-lock:<client uuid>` (this crate names the command
-    /// connection it opens; a reconnect loses the name until the client is rebuilt). A
-    /// holder whose client id is here is an owner of this crate; one whose client is not
-    /// may be a Java thread or an owner of a client that is gone: the data cannot tell.
-    /// On a cluster, only the node the command reaches is asked.
+    /// connection named `redisson-lock:<client uuid>`. A client names each connection it opens
+    /// (to every master on a cluster, and again after a reconnect); on a cluster every master
+    /// is asked. A holder whose client id is here is an owner of a live client of this crate;
+    /// for one whose client is not, liveness is unknown: a Java thread, an owner of a client
+    /// that is gone, and one whose server refused `CLIENT SETNAME` look alike.
     ///
     /// # Errors
     /// [`Error::Redis`] when Redis cannot be reached or refuses `CLIENT LIST`.
@@ -517,7 +518,7 @@ impl LockClientBuilder {
                         "a rediss:// URL needs this crate's `tls` feature (on by default)",
                     ));
                 }
-                let config = Config::from_url(&url)?;
+                let config = parse_url(&url)?;
                 let (redis, task, subscriber, subscriber_task) = connect(config, configure).await?;
                 driven.push(Driven::new("commands", redis.clone(), task));
                 opened.push(redis.clone());
@@ -597,12 +598,15 @@ impl LockClientBuilder {
             owns_redis,
         );
         connection_tasks::keep_running(driven, engine.watch_shutdown());
+        // Connections this crate opened carry its name; a caller's clients keep theirs.
+        let mut named = Vec::new();
         if owns_redis {
-            observe::name_connection(&engine.redis, engine.client_id).await;
+            named.push(engine.redis.clone());
         }
         if clustered {
-            observe::name_connection(engine.scripts.client(), engine.client_id).await;
+            named.push(engine.scripts.client().clone());
         }
+        connection_name::keep_named(named, engine.client_id, engine.watch_shutdown()).await;
         Ok(LockClient { engine })
     }
 }
@@ -626,12 +630,6 @@ async fn connect(
     }
 }
 
-/// Whether `url` asks for TLS (`rediss://`, `valkeys://` and their cluster and sentinel forms).
-fn uses_tls(url: &str) -> bool {
-    let scheme = url.split("://").next().unwrap_or("").to_ascii_lowercase();
-    scheme.starts_with("rediss") || scheme.starts_with("valkeys")
-}
-
 fn check_millis(what: &str, duration: Duration, min_ms: u128, max_ms: u128) -> Result<()> {
     let ms = duration.as_millis();
     if ms < min_ms || ms > max_ms {
@@ -640,20 +638,4 @@ fn check_millis(what: &str, duration: Duration, min_ms: u128, max_ms: u128) -> R
         ));
     }
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::uses_tls;
-
-    #[test]
-    fn tells_tls_urls() {
-        assert!(uses_tls("rediss://h:6380"));
-        assert!(uses_tls("REDISS://h"));
-        assert!(uses_tls("rediss-cluster://h:1"));
-        assert!(uses_tls("valkeys://h"));
-        assert!(!uses_tls("redis://h:6379"));
-        assert!(!uses_tls("redis-sentinel://h:26379"));
-        assert!(!uses_tls("unix:///tmp/redis.sock"));
-    }
 }

@@ -22,6 +22,7 @@ mod backoff;
 #[cfg_attr(docsrs, doc(cfg(feature = "blocking")))]
 pub mod blocking;
 mod client;
+mod connection_name;
 mod connection_tasks;
 mod engine;
 mod error;
@@ -47,6 +48,7 @@ mod script;
 mod sentinel;
 mod spin_lock;
 mod time;
+mod url;
 mod wait;
 mod waiters;
 mod watchdog;

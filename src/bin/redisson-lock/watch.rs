@@ -177,12 +177,13 @@ pub(crate) async fn watch(
                 let now = Seen::of(&state);
                 match &seen {
                     None => {
+                        let clients = crate::clients(client).await;
                         if cli.json {
-                            let mut first = state_json(&state, &Default::default());
+                            let mut first = state_json(&state, &clients);
                             first["event"] = json!("state");
                             print_json(&first);
                         } else {
-                            print_state(&state, &Default::default(), false);
+                            print_state(&state, &clients, false);
                             println!("--- watching {name}; Ctrl-C to stop");
                         }
                     }
