@@ -27,7 +27,7 @@ use crate::pubsub::{sharded_supported, Choice, PubSubMode};
 use crate::redirect;
 use crate::rw_lock::ReadWriteLock;
 use crate::spin_lock::SpinLock;
-use crate::url::{parse_url, uses_tls};
+use crate::url::{parse_url, servers_text, uses_tls};
 
 /// A connection to Redis for locks: one command connection, one subscriber connection, one
 /// watchdog task and one pub/sub task, shared by every lock and guard made from it.
@@ -519,14 +519,20 @@ impl LockClientBuilder {
                     ));
                 }
                 let config = parse_url(&url)?;
-                let (redis, task, subscriber, subscriber_task) = connect(config, configure).await?;
+                let tls = uses_tls(&url);
+                let (redis, task, subscriber, subscriber_task) =
+                    connect(config, tls, configure).await?;
                 driven.push(Driven::new("commands", redis.clone(), task));
                 opened.push(redis.clone());
                 (redis, subscriber, Some(subscriber_task), true)
             }
             Source::Config(config) => {
+                #[cfg(feature = "tls")]
+                let tls = config.tls.is_some();
+                #[cfg(not(feature = "tls"))]
+                let tls = false;
                 let (redis, task, subscriber, subscriber_task) =
-                    connect(*config, configure).await?;
+                    connect(*config, tls, configure).await?;
                 driven.push(Driven::new("commands", redis.clone(), task));
                 opened.push(redis.clone());
                 (redis, subscriber, Some(subscriber_task), true)
@@ -612,20 +618,29 @@ impl LockClientBuilder {
 }
 
 /// The command client and the subscriber, both connected, each with its connection task.
+///
+/// # Errors
+/// [`Error::Unreachable`] naming the servers of `config` when either cannot connect.
 async fn connect(
     config: Config,
+    tls: bool,
     configure: impl Fn(&mut Builder),
 ) -> Result<(Client, ConnectHandle, SubscriberClient, ConnectHandle)> {
+    let server = servers_text(&config.server, tls);
+    let unreachable = |source| Error::Unreachable {
+        server: server.clone(),
+        source,
+    };
     let mut builder = Builder::from_config(config);
     configure(&mut builder);
     let redis = builder.build()?;
     let subscriber = builder.build_subscriber_client()?;
-    let task = redis.init().await?;
+    let task = redis.init().await.map_err(unreachable)?;
     match subscriber.init().await {
         Ok(subscriber_task) => Ok((redis, task, subscriber, subscriber_task)),
         Err(error) => {
             let _ = redis.quit().await;
-            Err(error.into())
+            Err(unreachable(error))
         }
     }
 }

@@ -16,8 +16,18 @@ pub enum Error {
     /// Redis could not be reached, or answered with an error. When this comes from an
     /// acquire or release, the command may or may not have run on the server; see
     /// [`Error::is_retryable`].
-    #[error("redis error: {0}")]
+    #[error("{}", describe(.0))]
     Redis(#[from] RedisError),
+
+    /// The client could not connect when it was built: nothing answered at the address, the
+    /// server refused the credentials, or the connection did not come up in time.
+    #[error("cannot connect to Redis at {server}: {}", describe_connect(.source, .server))]
+    Unreachable {
+        /// The server (or servers) the client was configured with.
+        server: String,
+        /// What the driver reported.
+        source: RedisError,
+    },
 
     /// The owner does not hold the lock: it never did, or its lease ran out, or someone
     /// force-unlocked it. Redisson reports the same case as `IllegalMonitorStateException`.
@@ -78,6 +88,61 @@ pub enum Error {
     Closed,
 }
 
+/// A driver error in words: what failed and why, never a debug dump.
+fn describe(error: &RedisError) -> String {
+    let details = error.details();
+    match error.kind() {
+        ErrorKind::IO => format!("the connection to Redis failed: {}", io_words(details)),
+        ErrorKind::Timeout => {
+            "Redis did not answer within the command timeout (it may be down, unreachable or \
+             overloaded; the client keeps reconnecting)"
+                .into()
+        }
+        ErrorKind::Canceled => format!("the command was canceled: {details}"),
+        ErrorKind::Auth => format!("Redis refused the credentials: {details}"),
+        ErrorKind::Url => format!("the URL is not usable: {details}"),
+        _ => format!("Redis answered with an error: {details}"),
+    }
+}
+
+/// [`describe`] for a first connection, with a hint where the cause is a likely one.
+fn describe_connect(error: &RedisError, server: &str) -> String {
+    let tls = server.ends_with("(TLS)");
+    match error.kind() {
+        ErrorKind::Timeout if tls => "no answer within the command timeout; a TLS \
+            (rediss://) connection to a server that does not speak TLS fails this way"
+            .into(),
+        ErrorKind::Timeout => "no answer within the command timeout".into(),
+        _ => describe(error),
+    }
+}
+
+/// An I/O error's reason in words (the driver gives it in debug form).
+fn io_words(details: &str) -> String {
+    let known = [
+        (
+            "ConnectionRefused",
+            "connection refused: nothing listens at that address",
+        ),
+        (
+            "ConnectionReset",
+            "the connection was reset by the server or the network",
+        ),
+        ("ConnectionAborted", "the connection was aborted"),
+        ("NotConnected", "not connected"),
+        ("BrokenPipe", "the connection was closed by the server"),
+        ("TimedOut", "the connection timed out"),
+        ("HostUnreachable", "the host is unreachable"),
+        ("NetworkUnreachable", "the network is unreachable"),
+        ("AddrNotAvailable", "the address is not available"),
+        ("UnexpectedEof", "the server closed the connection"),
+    ];
+    match known.iter().find(|(kind, _)| details.contains(kind)) {
+        Some((_, words)) => (*words).to_owned(),
+        None => details.to_owned(),
+    }
+}
+
 /// `Result` with this crate's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
@@ -87,7 +152,7 @@ impl Error {
     /// again later may succeed.
     pub fn is_retryable(&self) -> bool {
         match self {
-            Error::Redis(e) => is_transient(e),
+            Error::Redis(e) | Error::Unreachable { source: e, .. } => is_transient(e),
             Error::NotReplicated { .. } => true,
             _ => false,
         }

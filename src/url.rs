@@ -1,7 +1,7 @@
 //! Connection URLs: which forms name a Redis deployment, and how one is shown without its
 //! password.
 
-use fred::types::config::Config;
+use fred::types::config::{Config, ServerConfig};
 
 use crate::error::{Error, Result};
 
@@ -53,6 +53,32 @@ fn redacted(url: &str) -> String {
             format!("{scheme}://{user}:***{}", &rest[at..])
         }
         None => url.to_owned(),
+    }
+}
+
+/// Where `config` connects, in words: `127.0.0.1:6379`, `cluster 10.0.0.1:7000, …`, or
+/// `Sentinel service mymaster via 10.0.0.1:26379, …`; with ` (TLS)` when `tls`.
+pub(crate) fn servers_text(config: &ServerConfig, tls: bool) -> String {
+    let list = |hosts: &[fred::types::config::Server]| {
+        let hosts: Vec<String> = hosts.iter().map(ToString::to_string).collect();
+        hosts.join(", ")
+    };
+    let text = match config {
+        ServerConfig::Centralized { server } => server.to_string(),
+        ServerConfig::Clustered { hosts, .. } => format!("cluster {}", list(hosts)),
+        ServerConfig::Sentinel {
+            hosts,
+            service_name,
+            ..
+        } => format!("Sentinel service {service_name} via {}", list(hosts)),
+        // Without fred's `unix-sockets` feature there is no other form; with it, a socket.
+        #[allow(unreachable_patterns)]
+        other => format!("{other:?}"),
+    };
+    if tls {
+        format!("{text} (TLS)")
+    } else {
+        text
     }
 }
 
