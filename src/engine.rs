@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fred::clients::Client;
+use fred::error::Error as RedisError;
 use fred::interfaces::ClientLike;
 use parking_lot::Mutex;
 use tokio::sync::{watch, OwnedRwLockReadGuard, RwLock};
@@ -254,11 +255,19 @@ impl Engine {
         name: &str,
     ) -> Result<(fred::types::Value, Confirmation)> {
         self.check_open()?;
-        let (reply, confirmation) = self
-            .replicas
-            .run(&self.scripts, self.scripts.client(), call, key)
-            .await;
+        let (reply, confirmation) = self.send_confirmed(call, key).await;
         Ok((reply.map_err(|e| map_redis_error(e, name))?, confirmation))
+    }
+
+    /// [`run_confirmed`](Engine::run_confirmed) with the reply as Redis gave it: the one
+    /// way every lock script that writes is sent (acquisitions, their undoing, releases,
+    /// force releases), so that its WAIT follows it on the connection that carried it.
+    pub(crate) async fn send_confirmed(
+        &self,
+        call: Call,
+        key: &str,
+    ) -> (Result<fred::types::Value, RedisError>, Confirmation) {
+        self.replicas.run(&self.scripts, call, key).await
     }
 
     /// Returns once a replica has the write of a script run by
@@ -273,7 +282,7 @@ impl Engine {
         name: &str,
     ) -> Result<()> {
         (self.replicas)
-            .confirm(confirmation, self.scripts.client(), key, name)
+            .confirm(confirmation, &self.scripts, key, name)
             .await
     }
 

@@ -237,11 +237,7 @@ impl Handle {
                 boxed_in_place(|| async move {
                     let _permit = permit.transpose()?;
                     let (engine, key) = (&lock.engine, &lock.keys.raw);
-                    let (reply, confirmation) =
-                        (engine
-                            .replicas
-                            .run(&engine.scripts, &engine.redis, call, key))
-                        .await;
+                    let (reply, confirmation) = engine.send_confirmed(call, key).await;
                     let attempt = lock.kind.read_acquire(&lock, &owner, script, reply)?;
                     if let Attempt::Acquired(_) = attempt {
                         if let Err(error) = engine.confirm(confirmation, key, &lock.name).await {
