@@ -17,7 +17,7 @@ use tokio::sync::{watch, OwnedRwLockReadGuard, RwLock};
 use uuid::Uuid;
 
 use crate::error::{map_redis_error, Error, Result};
-use crate::keys::Str;
+use crate::keys::{self, LockKeys, Str};
 use crate::latches::Latches;
 use crate::owner::LockOwner;
 use crate::pubsub::{Choice, PubSub};
@@ -201,6 +201,31 @@ impl Engine {
     /// Turns true when the client begins to close.
     pub(crate) fn watch_shutdown(&self) -> watch::Receiver<bool> {
         self.shutdown.subscribe()
+    }
+
+    /// The keys of the lock `name` (the client's name prefix applied).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for an empty name, and on a cluster (or with renewals
+    /// grouped by slot, as behind a proxy fronting one) for a name whose keys would fall in
+    /// different slots: every script about it would then be refused (`CROSSSLOT`), its
+    /// releases included, after an acquisition had taken the hold.
+    pub(crate) fn lock_keys(&self, name: &str) -> Result<LockKeys> {
+        if name.is_empty() {
+            return Err(Error::invalid("a lock name must not be empty"));
+        }
+        let raw = format!("{}{name}", self.settings.name_prefix);
+        if self.redis.is_clustered() || self.settings.renew_by_slot {
+            if let Some(why) = keys::split_slots(&raw) {
+                return Err(Error::invalid(format!(
+                    "the lock name `{raw}` cannot be used on a Redis Cluster: {why}, so its \
+                     keys would fall in different slots. A name with a `{{` needs a hash tag \
+                     (a `{{`, then at least one character, then `}}`), and a name without \
+                     `{{` must not contain `}}`"
+                )));
+            }
+        }
+        Ok(LockKeys::new(&raw))
     }
 
     /// Fails with [`Error::Closed`] once the client was shut down.
