@@ -233,3 +233,87 @@ async fn a_stopped_replica_refuses_every_kind() {
     })
     .await;
 }
+
+/// The master of a lock is killed while its replica, stopped, lacks the acquisition's
+/// write (48 MB of other writes queued ahead of it), and the replica takes over. The
+/// acquisition was never told `Ok`, so a second owner taking the lock on the new master
+/// breaks no exclusion.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failover_after_an_unconfirmed_acquisition_makes_no_second_owner() {
+    let mut cluster = Cluster::start();
+    let url = cluster.url();
+    let first = deployment_client(&url, |b| {
+        b.wait_for_replicas(Some(Duration::from_millis(500)))
+    })
+    .await;
+    let name = "{failover}-lock";
+    let (master_port, replica_port) = {
+        let master = cluster.master_of(name).port();
+        (master, replica_of(&cluster, name).port())
+    };
+    let master = cluster.server(master_port);
+    let me = first.new_owner();
+    let warm = first.lock("{failover}-warm").unwrap();
+    warm.lock(&me).await.unwrap().unlock().await.unwrap();
+    eventually(WAKE, "the replica to acknowledge every write", || {
+        acknowledged_all(master)
+    })
+    .await;
+
+    let stopped = Stopped::stop(cluster.server(replica_port));
+    // More than the sockets buffer: the acquisition's write stays on the master.
+    let filler = "x".repeat(1 << 20);
+    for i in 0..48 {
+        master.command(&["SET", &format!("{{failover}}-filler-{i}"), &filler]);
+    }
+    let lock = first.lock(name).unwrap();
+    let outcome = within(WAKE * 3, "the acquisition", lock.try_lock(&me)).await;
+    let index = (cluster.servers.iter())
+        .position(|s| s.port() == master_port)
+        .unwrap();
+    cluster.servers[index].kill();
+    drop(stopped);
+    let replica = cluster.server(replica_port);
+    eventually(Duration::from_secs(30), "the replica to take over", || {
+        replica.command(&["ROLE"]).starts_with("master")
+            && (cluster.servers.iter())
+                .filter(|s| s.port() != master_port)
+                .all(|s| s.command(&["CLUSTER", "INFO"]).contains("cluster_state:ok"))
+    })
+    .await;
+
+    // Through the nodes alive.
+    let live: Vec<String> = (cluster.servers.iter())
+        .filter(|s| s.port() != master_port)
+        .map(|s| format!("node=127.0.0.1:{}", s.port()))
+        .collect();
+    let live = format!(
+        "redis-cluster://127.0.0.1:{replica_port}?{}",
+        live.join("&")
+    );
+    let second = deployment_client(&live, |b| b).await;
+    let other = second.new_owner();
+    let taken = within(
+        Duration::from_secs(30),
+        "the second owner's attempt",
+        async {
+            loop {
+                match second.lock(name).unwrap().try_lock(&other).await {
+                    Ok(taken) => return taken,
+                    Err(error) if error.is_retryable() => {
+                        tokio::time::sleep(Duration::from_millis(100)).await
+                    }
+                    Err(error) => panic!("{error:?}"),
+                }
+            }
+        },
+    )
+    .await;
+    let told_ok = matches!(outcome, Ok(Some(_)));
+    assert!(
+        !(told_ok && taken.is_some()),
+        "two owners: the first was told Ok, and the second took the lock after the failover"
+    );
+    assert!(!told_ok, "told Ok though no replica had the write");
+    refused(&outcome, name, "the acquisition");
+}
