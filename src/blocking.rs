@@ -387,7 +387,8 @@ macro_rules! blocking_lock {
             #[doc = concat!("A handle on the lock `name`, as [`LockClient::", stringify!($make), "`](crate::LockClient::", stringify!($make), "). No I/O.")]
             ///
             /// # Errors
-            /// [`Error::InvalidArgument`] for an empty name.
+            /// [`Error::InvalidArgument`] for a name no lock can have (see
+            /// [`LockClient::lock`](crate::LockClient::lock)).
             pub fn $make(&self, name: &str) -> Result<$lock> {
                 Ok($lock { inner: self.inner.$make(name)?, runtime: self.runtime.clone() })
             }
@@ -518,7 +519,8 @@ impl LockClient {
     /// [`LockClient::read_write_lock`](crate::LockClient::read_write_lock). No I/O.
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] for an empty name.
+    /// [`Error::InvalidArgument`] for a name no lock can have (see
+    /// [`LockClient::lock`](crate::LockClient::lock)).
     pub fn read_write_lock(&self, name: &str) -> Result<ReadWriteLock> {
         Ok(ReadWriteLock {
             inner: self.inner.read_write_lock(name)?,

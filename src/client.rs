@@ -88,7 +88,12 @@ impl LockClient {
     /// The client's name prefix is put in front of `name` to form the Redis key.
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] for an empty name (so is every constructor below).
+    /// [`Error::InvalidArgument`] (so is every constructor below) for an empty name, and on
+    /// a Redis Cluster for a name whose keys would fall in different slots: a name with a
+    /// `{` must contain a hash tag (a `{`, then at least one character, then `}`, as in
+    /// `{user:7}:cart`), since every key of the lock is then named with the name as it is
+    /// (Redisson's rule); a name without `{` must not contain `}`. On a single server (and
+    /// behind Sentinel) every name works, as with Java.
     pub fn lock(&self, name: &str) -> Result<Lock> {
         Lock::new(self.engine.clone(), name)
     }
@@ -174,8 +179,9 @@ impl LockClient {
     /// kind is told only as far as the data shows it; see [`LockState`].
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] for an empty name; [`Error::Redis`] when Redis cannot be
-    /// reached; [`Error::Closed`] after shutdown.
+    /// [`Error::InvalidArgument`] for a name no lock can have (see
+    /// [`lock`](LockClient::lock)); [`Error::Redis`] when Redis cannot be reached;
+    /// [`Error::Closed`] after shutdown.
     pub async fn inspect(&self, name: &str) -> Result<LockState> {
         inspect::inspect(&self.engine, name).await
     }

@@ -39,7 +39,7 @@ impl Handle {
     /// `name` is the user's name; the client's prefix is applied here.
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] for an empty name.
+    /// [`Error::InvalidArgument`] for a name no lock can have (see `Engine::lock_keys`).
     pub(crate) fn new(engine: Arc<Engine>, name: &str, kind: impl Protocol) -> Result<Handle> {
         Handle::with_kind_of(engine, name, |_| kind)
     }
@@ -54,11 +54,8 @@ impl Handle {
         name: &str,
         kind: impl FnOnce(&LockKeys) -> P,
     ) -> Result<Handle> {
-        if name.is_empty() {
-            return Err(Error::invalid("a lock name must not be empty"));
-        }
+        let keys = engine.lock_keys(name)?;
         let prefix = &engine.settings.name_prefix;
-        let keys = LockKeys::new(&format!("{prefix}{name}"));
         let kind = kind(&keys);
         let wait = kind.default_wait();
         Ok(Handle {
@@ -237,11 +234,7 @@ impl Handle {
                 boxed_in_place(|| async move {
                     let _permit = permit.transpose()?;
                     let (engine, key) = (&lock.engine, &lock.keys.raw);
-                    let (reply, confirmation) =
-                        (engine
-                            .replicas
-                            .run(&engine.scripts, &engine.redis, call, key))
-                        .await;
+                    let (reply, confirmation) = engine.send_confirmed(call, key).await;
                     let attempt = lock.kind.read_acquire(&lock, &owner, script, reply)?;
                     if let Attempt::Acquired(_) = attempt {
                         if let Err(error) = engine.confirm(confirmation, key, &lock.name).await {

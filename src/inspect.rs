@@ -137,11 +137,7 @@ pub struct FoundLocks {
 
 /// Reads everything about the lock `name`.
 pub(crate) async fn inspect(engine: &Engine, name: &str) -> Result<LockState> {
-    if name.is_empty() {
-        return Err(Error::invalid("a lock name must not be empty"));
-    }
-    let raw = format!("{}{name}", engine.settings.name_prefix);
-    let keys = LockKeys::new(&raw);
+    let keys = engine.lock_keys(name)?;
     let call = Call::new(
         &INSPECT,
         &[

@@ -30,6 +30,7 @@ use tokio::time::Instant;
 
 use crate::error::{is_transient, Error, Result};
 use crate::observe;
+use crate::redirect::slot_map_changed;
 use crate::waiters::{EventClock, Moment, Waiters, Wake};
 
 /// Which pub/sub commands carry unlock messages: Redisson's `shardedSubscriptionMode`.
@@ -218,7 +219,7 @@ const LINGER: Duration = Duration::from_millis(500);
 
 type Channels = Mutex<HashMap<Arc<str>, Channel>>;
 
-/// How often a cluster client reads the slot map while it has sharded subscriptions (fred
+/// How often a cluster client checks the slot map while it has sharded subscriptions (fred
 /// drops the server's notice that a subscription moved, so this bounds how late a waiter
 /// may learn of a release right after a slot move or failover) and, in `Auto`, always (to
 /// decide again when the masters change).
@@ -651,14 +652,16 @@ impl Task {
         routing.get_server(slot).cloned()
     }
 
-    /// Reads the cluster's slot map again (when `read`); decides `Auto` again when the
-    /// masters changed, and follows sharded subscriptions whose slot moved.
+    /// Reads the cluster's slot map again (when `read` and the map changed, see
+    /// [`slot_map_changed`]); decides `Auto` again when the masters changed, and follows
+    /// sharded subscriptions whose slot moved.
     async fn follow_topology(&mut self, read: bool) {
         let subscribed = self.channels.lock().values().any(|entry| entry.subscribed);
         if !subscribed && !self.choice.redecided {
             return;
         }
-        if read {
+        let known = self.subscriber.cached_cluster_state();
+        if read && slot_map_changed(&self.redis, known, TOPOLOGY_CHECK).await {
             if let Err(error) = self.subscriber.sync_cluster().await {
                 tracing::debug!(%error, "reading the cluster's slots failed");
                 return;

@@ -219,13 +219,17 @@ impl Replicas {
     /// confirm writes to its master and no WAIT is in flight there, a WAIT goes right behind
     /// the script. Returns the script's reply and what confirms its write (see
     /// [`confirm`](Self::confirm)); the caller tells from the reply whether it wrote.
+    ///
+    /// Every WAIT goes through `scripts`' own client, routed by the key's slot: the one
+    /// connection that carried the script's write to that master. A WAIT on any other
+    /// connection would be answered without regard to that write.
     pub(crate) async fn run(
         &self,
         scripts: &ScriptRunner,
-        redis: &Client,
         call: Call,
         key: &str,
     ) -> (Result<Value, RedisError>, Confirmation) {
+        let redis = scripts.client();
         let Some(timeout) = self.timeout else {
             return (scripts.run(call).await, Confirmation::Needless);
         };
@@ -267,7 +271,7 @@ impl Replicas {
     pub(crate) async fn confirm(
         &self,
         confirmation: Confirmation,
-        redis: &Client,
+        scripts: &ScriptRunner,
         key: &str,
         name: &str,
     ) -> Result<()> {
@@ -278,7 +282,7 @@ impl Replicas {
                 self.check(acknowledged, name)
             }
             // Boxed, as rare: see `count`.
-            Confirmation::Later => Box::pin(self.acknowledged(redis, key, name)).await,
+            Confirmation::Later => Box::pin(self.acknowledged(scripts.client(), key, name)).await,
         }
     }
 
