@@ -60,17 +60,26 @@ pub fn server_version() -> (u32, u32) {
 }
 
 /// Whether the server has what Redis 7.0 brought (sharded pub/sub, `PEXPIRETIME`, several
-/// parameters in one `CONFIG SET`, `--enable-debug-command`, ...). When it has not, prints
-/// `SKIPPED <test>: needs Redis 7.0 (<feature>)` to stderr (past the test harness's capture,
-/// so it shows for a passing test too), appends that line to the file `REDISSON_LOCK_SKIPPED`
-/// names, if set (CI lists and counts them), and returns false: the caller returns.
+/// parameters in one `CONFIG SET`, `--enable-debug-command`, ...). When it has not, reports
+/// the test [`skipped`] as needing Redis 7.0 for `feature`, and returns false: the caller
+/// returns.
 pub fn has_redis_7(test: &str, feature: &str) -> bool {
-    if server_version() >= (7, 0) {
+    let (major, minor) = server_version();
+    if major >= 7 {
         return true;
     }
-    let (major, minor) = server_version();
-    let line =
-        format!("SKIPPED {test}: needs Redis 7.0 ({feature}); the server is {major}.{minor}\n");
+    skipped(
+        test,
+        &format!("needs Redis 7.0 ({feature}); the server is {major}.{minor}"),
+    );
+    false
+}
+
+/// Reports `test` skipped: prints `SKIPPED <test>: <why>` to stderr (past the test harness's
+/// capture, so it shows for a passing test too) and appends that line to the file
+/// `REDISSON_LOCK_SKIPPED` names, if set (CI lists and counts them).
+pub fn skipped(test: &str, why: &str) {
+    let line = format!("SKIPPED {test}: {why}\n");
     let _ = io::stderr().write_all(line.as_bytes());
     if let Some(file) = std::env::var_os("REDISSON_LOCK_SKIPPED") {
         let appended = fs::OpenOptions::new()
@@ -82,7 +91,6 @@ pub fn has_redis_7(test: &str, feature: &str) -> bool {
             panic!("cannot append to {}: {e}", Path::new(&file).display());
         }
     }
-    false
 }
 
 /// `args` for the server that runs them: before 7.0, `DEBUG` is always enabled and
