@@ -3,13 +3,18 @@
 
 -- A Lua script's writes stay when a later command fails, so every duration is checked
 -- before anything is written: a whole number of milliseconds from 1 to 2^53 - 1 (the
--- largest a Lua number holds exactly, and far below what PEXPIRE refuses).
-local function valid_ms(text)
-    local ms = tonumber(text)
-    if not ms or ms < 1 or ms > 9007199254740991 or ms % 1 ~= 0 then
-        error({err = 'ERR invalid duration in ms: ' .. tostring(text)})
+-- largest a Lua number holds exactly, and far below what PEXPIRE refuses). Returns the error
+-- reply for the first of `...` that is not one, else nil; the script returns it from its top
+-- level (an error raised as a table reaches the client garbled on Redis 6.2).
+local function invalid_ms(...)
+    for i = 1, select('#', ...) do
+        local text = select(i, ...)
+        local ms = tonumber(text)
+        if not ms or ms < 1 or ms > 9007199254740991 or ms % 1 ~= 0 then
+            return redis.error_reply('ERR invalid duration in ms: ' .. tostring(text))
+        end
     end
-    return text
+    return nil
 end
 
 -- Makes `key` live at least `ttl` ms (text) from now, never less than it already does. The

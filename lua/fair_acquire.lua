@@ -45,7 +45,11 @@
 --   would have ended.
 -- The data stays in Java's layout: the list, and absolute epoch-ms deadlines.
 local key, queue, deadlines = KEYS[1], KEYS[2], KEYS[3]
-local lease, owner, join, refuse_reentry = valid_ms(ARGV[1]), ARGV[2], ARGV[5] == '1', ARGV[6]
+local lease, owner, join, refuse_reentry = ARGV[1], ARGV[2], ARGV[5] == '1', ARGV[6]
+local invalid = invalid_ms(lease)
+if invalid then
+    return invalid
+end
 local wait, now = tonumber(ARGV[3]), tonumber(ARGV[4])
 
 purge_stale_heads(queue, deadlines, now)

@@ -24,8 +24,12 @@
 -- because this crate's unlock reports a lost hold. The latch then holds "none", which
 -- replays as nil. Other clients only see the data and the message, which are as Java's.
 local key, queue, deadlines, channel_base, latch = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
-local message, lease, owner = ARGV[1], valid_ms(ARGV[2]), ARGV[3]
-local now, publish, latch_ttl = tonumber(ARGV[4]), ARGV[5], valid_ms(ARGV[6])
+local message, lease, owner = ARGV[1], ARGV[2], ARGV[3]
+local now, publish, latch_ttl = tonumber(ARGV[4]), ARGV[5], ARGV[6]
+local invalid = invalid_ms(lease, latch_ttl)
+if invalid then
+    return invalid
+end
 local request = ARGV[7]
 
 -- The outcome is known from the count before anything is written: it is recorded and the
@@ -41,7 +45,10 @@ end
 -- The head the stale-head purge leaves, found before anything is written.
 local head, stale = live_head(queue, deadlines, now)
 if head and (not exists or outcome == 1) then
-    notify_before_writing(publish, channel_base .. ':' .. head, message)
+    local refused = notify_before_writing(publish, channel_base .. ':' .. head, message)
+    if refused then
+        return refused
+    end
 end
 local replayed, reply = latch_claim(latch, latch_ttl, request, outcome)
 if replayed then

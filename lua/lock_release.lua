@@ -19,8 +19,12 @@
 -- so it is recorded and the previous record read in one command, and a last release tells
 -- the waiters before it deletes the hash (a refused publish then leaves it as it was).
 local key, channel, latch = KEYS[1], KEYS[2], KEYS[3]
-local message, lease, owner, publish = ARGV[1], valid_ms(ARGV[2]), ARGV[3], ARGV[4]
-local latch_ttl, request = valid_ms(ARGV[5]), ARGV[6]
+local message, lease, owner, publish = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local latch_ttl, request = ARGV[5], ARGV[6]
+local invalid = invalid_ms(lease, latch_ttl)
+if invalid then
+    return invalid
+end
 
 local count = tonumber(redis.call('hget', key, owner))
 local outcome = nil
@@ -29,7 +33,10 @@ if count then
 end
 if outcome == 1 then
     -- Told first (a send that only replays tells them again: they look, and find it held).
-    notify_before_writing(publish, channel, message)
+    local refused = notify_before_writing(publish, channel, message)
+    if refused then
+        return refused
+    end
 end
 local replayed, reply = latch_claim(latch, latch_ttl, request, outcome)
 if replayed then

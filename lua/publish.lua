@@ -19,35 +19,41 @@ local function notify(publish, channel, message)
     end
 end
 
--- Fails the script: the user may not run `command` on `channel` (`why`: the server's own
--- words, when it refused the command itself).
-local function refuse(command, channel, why)
+-- The error reply that fails the script: the user may not run `command` on `channel` (`why`:
+-- the server's own words, when it refused the command itself). The script returns it from
+-- its top level (an error raised as a table reaches the client garbled on Redis 6.2).
+local function refusal(command, channel, why)
     local detail = ''
     if why then
         detail = ' (' .. why .. ')'
     end
-    error({err = 'NOPERM this user may not run ' .. command .. ' on ' .. channel
-        .. ', which releasing the lock needs; nothing was written' .. detail})
+    return redis.error_reply('NOPERM this user may not run ' .. command .. ' on ' .. channel
+        .. ', which releasing the lock needs; nothing was written' .. detail)
 end
 
--- Refuses when `reply`, what redis.pcall gave for `command` on `channel`, is an error.
-local function refuse_failed(reply, command, channel)
+-- The refusal when `reply`, what redis.pcall gave for `command` on `channel`, is an error.
+local function refusal_of(reply, command, channel)
     if type(reply) == 'table' and reply.err then
-        refuse(command, channel, reply.err)
+        return refusal(command, channel, reply.err)
     end
+    return nil
 end
 
 -- notify for a release, which knows before it writes that it will free the lock: it tells
 -- the waiters first, and a publish the server refuses (the user's ACL) fails the script
 -- before anything is written, where a refusal after the writes would leave the hold gone
 -- and the waiters never told. Nobody acts on the message before the script has ended, so
--- the waiters find the lock free.
+-- the waiters find the lock free. Returns the refusal, which the script returns at once,
+-- or nil.
 local function notify_before_writing(publish, channel, message)
     if publish == '' then
-        return
+        return nil
     end
     if publish ~= 'spublish' then
-        refuse_failed(redis.pcall('publish', channel, message), 'publish', channel)
+        local refused = refusal_of(redis.pcall('publish', channel, message), 'publish', channel)
+        if refused then
+            return refused
+        end
     end
     if publish ~= 'publish' then
         local reply = redis.pcall('spublish', channel, message)
@@ -55,11 +61,12 @@ local function notify_before_writing(publish, channel, message)
             -- Refused, unless the server lacks SPUBLISH: then PUBLISH reaches the waiters.
             -- (A server without SPUBLISH may lack acl_check_cmd too.)
             if redis.acl_check_cmd and pcall(redis.acl_check_cmd, 'spublish', channel, message) then
-                refuse('spublish', channel, reply.err)
+                return refusal('spublish', channel, reply.err)
             end
             if publish == 'spublish' then
-                refuse_failed(redis.pcall('publish', channel, message), 'publish', channel)
+                return refusal_of(redis.pcall('publish', channel, message), 'publish', channel)
             end
         end
     end
+    return nil
 end

@@ -19,7 +19,11 @@
 -- read-write lock (another kind's hold, or foreign data). Java takes it and writes into it;
 -- here it counts as held by someone else: the reply is {0, its PTTL}, and nothing is
 -- written.
-local key, lease, owner = KEYS[1], valid_ms(ARGV[1]), ARGV[2]
+local key, lease, owner = KEYS[1], ARGV[1], ARGV[2]
+local invalid = invalid_ms(lease)
+if invalid then
+    return invalid
+end
 local owner_prefix = timeout_prefix(KEYS[2], owner)
 
 -- A new hold's key gets its lease after the hash got its TTL: Redis's clock moves while a

@@ -59,7 +59,11 @@
 -- force-unlocked) Java publishes, writes the latch "1" and replies nil, so a retry would
 -- replay 1; here the latch holds "none", which replays as nil. Other clients see the same.
 local key, channel, key_prefix, latch = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local message, owner, publish, latch_ttl = ARGV[1], ARGV[2], ARGV[3], valid_ms(ARGV[4])
+local message, owner, publish, latch_ttl = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local invalid = invalid_ms(latch_ttl)
+if invalid then
+    return invalid
+end
 local request = ARGV[5]
 local owner_prefix = timeout_prefix(key_prefix, owner)
 
@@ -118,11 +122,17 @@ local found = redis.call('hmget', key, 'mode', owner)
 local mode, held = found[1], found[2]
 local outcome, expiry = nil, nil
 if not mode then
-    notify_before_writing(publish, channel, message)
+    local refused = notify_before_writing(publish, channel, message)
+    if refused then
+        return refused
+    end
 elseif tonumber(held) then
     outcome, expiry = outcome_of(mode, held)
     if outcome == 1 then
-        notify_before_writing(publish, channel, message)
+        local refused = notify_before_writing(publish, channel, message)
+        if refused then
+            return refused
+        end
     end
 end
 local replayed, reply = latch_claim(latch, latch_ttl, request, outcome)

@@ -20,7 +20,11 @@
 -- read-write lock (another kind's hold, or foreign data). Java takes it and writes into it;
 -- here it counts as held by someone else: the reply is {0, its PTTL}, and nothing is
 -- written.
-local key, lease, write_owner, read_owner = KEYS[1], valid_ms(ARGV[1]), ARGV[2], ARGV[3]
+local key, lease, write_owner, read_owner = KEYS[1], ARGV[1], ARGV[2], ARGV[3]
+local invalid = invalid_ms(lease)
+if invalid then
+    return invalid
+end
 
 local mode = redis.call('hget', key, 'mode')
 if not mode then

@@ -26,8 +26,12 @@
 -- * When the lock has no mode at all (expired or force-unlocked) Java publishes, writes the
 --   latch "1" and replies nil; here the latch holds "none", which replays as nil.
 local key, channel, latch = KEYS[1], KEYS[2], KEYS[3]
-local message, lease, write_owner, publish = ARGV[1], valid_ms(ARGV[2]), ARGV[3], ARGV[4]
-local latch_ttl = valid_ms(ARGV[5])
+local message, lease, write_owner, publish = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local latch_ttl = ARGV[5]
+local invalid = invalid_ms(lease, latch_ttl)
+if invalid then
+    return invalid
+end
 local request = ARGV[6]
 
 -- The outcome is known from the count before anything is written: it is recorded and the
@@ -44,7 +48,10 @@ if count then
     outcome = count > 1 and 0 or 1
 end
 if not mode or outcome == 1 then
-    notify_before_writing(publish, channel, message)
+    local refused = notify_before_writing(publish, channel, message)
+    if refused then
+        return refused
+    end
 end
 local replayed, reply = latch_claim(latch, latch_ttl, request, outcome)
 if replayed then

@@ -256,6 +256,13 @@ impl LockClient {
     pub fn subscribed_channels(&self) -> usize {
         self.engine.pubsub.channel_count()
     }
+
+    /// Whether this client's waiters listen for unlock messages with sharded pub/sub
+    /// (`SSUBSCRIBE`), as its [`PubSubMode`] and the servers decided (`Auto`: on a cluster
+    /// whose masters all have sharded pub/sub, Redis 7 and later).
+    pub fn listens_sharded(&self) -> bool {
+        self.engine.pubsub.flavour().sharded
+    }
 }
 
 impl fmt::Debug for LockClient {

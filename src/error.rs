@@ -187,6 +187,7 @@ pub(crate) fn is_transient(error: &RedisError) -> bool {
         ErrorKind::IO | ErrorKind::Timeout | ErrorKind::Canceled | ErrorKind::Backpressure => true,
         _ => {
             let details = error.details();
+            let words = server_words(details);
             [
                 "LOADING",
                 "MASTERDOWN",
@@ -195,7 +196,7 @@ pub(crate) fn is_transient(error: &RedisError) -> bool {
                 "BUSY",
             ]
             .iter()
-            .any(|prefix| details.starts_with(prefix))
+            .any(|prefix| words.starts_with(prefix))
                 || details.contains("Too many failed write attempts")
                 // A redirection not followed, or keys split by a migration: it did not run.
                 || crate::redirect::is_redirected(error)
@@ -205,6 +206,37 @@ pub(crate) fn is_transient(error: &RedisError) -> bool {
                 || details.contains("Failed to route command")
         }
     }
+}
+
+/// An error reply as the server first worded it. Redis before 7.0 wraps an error that a
+/// command raised inside a script: `ERR Error running script (call to f_<sha>):
+/// @user_script:12: @user_script: 12: -READONLY You can't write against a read only
+/// replica.`; from 7.0 the command's words come first (`READONLY You can't write against a
+/// read only replica. script: <sha>, on @user_script:12.`), as they do outside scripts.
+pub(crate) fn server_words(details: &str) -> &str {
+    let Some(wrapped) = details.strip_prefix("ERR Error running script") else {
+        return details;
+    };
+    let Some((_, mut rest)) = wrapped.split_once("): ") else {
+        return details;
+    };
+    // Then where it was raised, once or twice: `@user_script:12: ` or `@user_script: 12: `.
+    while let Some(after) = strip_place(rest) {
+        rest = after;
+    }
+    rest.strip_prefix('-').unwrap_or(rest)
+}
+
+/// `text` after a leading `@<chunk>:<line>: ` or `@<chunk>: <line>: `, if it has one.
+fn strip_place(text: &str) -> Option<&str> {
+    let chunk = text.strip_prefix('@')?;
+    let (name, rest) = chunk.split_once(':')?;
+    if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+        return None;
+    }
+    let rest = rest.strip_prefix(' ').unwrap_or(rest);
+    let (line, rest) = rest.split_once(": ")?;
+    (!line.is_empty() && line.chars().all(|c| c.is_ascii_digit())).then_some(rest)
 }
 
 /// Whether Redis refused a command because a key holds the wrong type, or a string or
@@ -242,6 +274,26 @@ mod tests {
             "ERR value is not an integer or out of range script: x, on @user_script:47.",
         );
         assert!(is_wrong_type(&token));
+
+        // A script's write on a demoted master, as Redis 7 and 6.2 word it.
+        for demoted in [
+            "READONLY You can't write against a read only replica. script: 0af1, on @user_script:12.",
+            "ERR Error running script (call to f_0af1): @user_script:12: @user_script: 12: \
+             -READONLY You can't write against a read only replica.",
+        ] {
+            let demoted = RedisError::new(ErrorKind::Unknown, demoted);
+            assert!(Error::Redis(demoted).is_retryable());
+        }
+        // A script's own error on Redis 6.2 is not taken for the command's.
+        let raised = RedisError::new(
+            ErrorKind::Unknown,
+            "ERR Error running script (call to f_0af1): @user_script:3: user_script:3: READONLY",
+        );
+        assert!(!Error::Redis(raised).is_retryable());
+        assert_eq!(
+            server_words("NOPERM this user may not"),
+            "NOPERM this user may not"
+        );
 
         let loading = RedisError::new(ErrorKind::Unknown, "LOADING Redis is loading the dataset");
         assert!(Error::Redis(loading).is_retryable());

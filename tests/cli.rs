@@ -347,6 +347,50 @@ async fn watch_follows_acquisitions_releases_and_messages() {
     rust.shutdown().await;
 }
 
+/// Through a Cluster URL, `watch` listens where the unlock messages go: sharded pub/sub on
+/// Redis 7.0 and later, classic pub/sub before (the servers have no `SSUBSCRIBE`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watch_hears_a_cluster_s_messages_on_every_server() {
+    let cluster = tokio::task::block_in_place(support::topology::Cluster::start);
+    let (name, channel) = ("cli:cluster-watched", lock_channel("cli:cluster-watched"));
+    let watching = Running::start_at(
+        &cluster.url(),
+        &["watch", name, "--interval", "20ms", "--for", "60s"],
+    );
+    let first = tokio::task::block_in_place(|| watching.next_event("state"));
+    assert_eq!(first["state"], "free");
+    let sharded = support::server::server_version() >= (7, 0);
+    let listening = || {
+        if sharded {
+            let master = cluster.master_of(&channel);
+            let reply = master.command(&["PUBSUB", "SHARDNUMSUB", &channel]);
+            reply.lines().last() == Some("1")
+        } else {
+            cluster
+                .servers
+                .iter()
+                .any(|node| subscribers(node, &channel) >= 1)
+        }
+    };
+    eventually(10 * SECOND, "the watch to listen", listening).await;
+
+    let rust = deployment_client(&cluster.url(), |b| b).await;
+    let lock = rust.lock(name).unwrap();
+    lock.lock(&rust.new_owner())
+        .await
+        .unwrap()
+        .unlock()
+        .await
+        .unwrap();
+    let message = tokio::task::block_in_place(|| watching.next_event("message"));
+    assert_eq!(
+        (message["channel"].as_str(), message["payload"].as_str()),
+        (Some(channel.as_str()), Some("0"))
+    );
+    assert_eq!(tokio::task::block_in_place(|| watching.interrupt()), 0);
+    rust.shutdown().await;
+}
+
 #[test]
 fn bad_arguments_and_an_unreachable_server_have_their_codes() {
     let output = Command::new(BIN)

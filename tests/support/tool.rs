@@ -60,9 +60,13 @@ pub struct Running {
 
 impl Running {
     pub fn start(server: &RedisServer, args: &[&str]) -> Running {
+        Running::start_at(&server.url(), args)
+    }
+
+    pub fn start_at(url: &str, args: &[&str]) -> Running {
         let mut all = vec!["--json"];
         all.extend_from_slice(args);
-        let mut child = command(server, &all)
+        let mut child = command_at(url, &all)
             .stdout(Stdio::piped())
             .spawn()
             .unwrap();

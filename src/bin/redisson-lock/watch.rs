@@ -123,7 +123,8 @@ pub(crate) async fn watch(
     interval: Duration,
     duration: Option<Duration>,
 ) -> Outcome {
-    let sharded = client.redis().is_clustered();
+    // Where the client's own waiters would listen: sharded only where the servers have it.
+    let sharded = client.listens_sharded();
     let subscriber = listen(&cli.url).await?;
     let mut messages = subscriber.message_rx();
     let mut subscribed = HashSet::new();
