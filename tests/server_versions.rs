@@ -4,8 +4,6 @@
 
 mod support;
 
-use std::time::Duration;
-
 use redisson_lock::Error;
 use support::topology::start_replica_of;
 use support::*;
