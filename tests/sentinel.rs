@@ -135,13 +135,33 @@ fn signal(pid: &str, signal: &str) {
 /// Sentinels fail the master over. The holder must follow the new master: its hold lives on
 /// there, and a second client trying all along on the new master never takes the lock while
 /// the holder's guard says it holds it.
-async fn holder_follows_a_failover_after(cut: Cut) {
+///
+/// With `least_privilege`, the holder's client logs in as the user `docs/operations.md`
+/// documents for a Sentinel deployment.
+async fn holder_follows_a_failover_after(cut: Cut, least_privilege: bool) {
     let mut setup = SentinelSetup::start();
     let command_timeout = match cut {
         Cut::Paused => Duration::from_secs(60),
         _ => Duration::from_secs(5),
     };
-    let holding = sentinel_client(&setup, |b| {
+    let mut url = setup.url();
+    if least_privilege {
+        let user = ["ACL", "SETUSER", "locker", "on", ">pw"];
+        for server in [&setup.master, &setup.replica] {
+            let rules = ["~*", "&*", "+@all", "-@dangerous", "+info", "+role"];
+            assert_eq!(server.command(&[&user[..], &rules].concat()), "OK");
+        }
+        for sentinel in &setup.sentinels {
+            let rules = [
+                "-@all",
+                "+sentinel|get-master-addr-by-name",
+                "+sentinel|sentinels",
+            ];
+            assert_eq!(sentinel.command(&[&user[..], &rules].concat()), "OK");
+        }
+        url = url.replace("://", "://locker:pw@");
+    }
+    let holding = deployment_client(&url, |b| {
         b.watchdog_timeout(LEASE).command_timeout(command_timeout)
     })
     .await;
@@ -242,15 +262,20 @@ async fn holder_follows_a_failover_after(cut: Cut) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_holder_follows_a_failover_after_every_sentinel_dropped_its_connection() {
-    holder_follows_a_failover_after(Cut::KilledConnections).await;
+    holder_follows_a_failover_after(Cut::KilledConnections, false).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_holder_follows_a_failover_after_every_sentinel_restarted() {
-    holder_follows_a_failover_after(Cut::Restarts).await;
+    holder_follows_a_failover_after(Cut::Restarts, false).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_holder_follows_a_failover_past_a_paused_sentinel() {
-    holder_follows_a_failover_after(Cut::Paused).await;
+    holder_follows_a_failover_after(Cut::Paused, false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_least_privilege_user_holds_through_a_failover() {
+    holder_follows_a_failover_after(Cut::KilledConnections, true).await;
 }
