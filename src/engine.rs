@@ -164,7 +164,12 @@ impl Engine {
         tokio::spawn(watchdog.clone().run(scripts.clone()));
         let latches = Latches::new();
         tokio::spawn(latches.clone().run(redis.clone(), shutdown_rx.clone()));
-        sentinel::follow_failovers(&redis, &subscriber, shutdown_rx.clone());
+        sentinel::follow_failovers(
+            &redis,
+            &subscriber,
+            settings.command_timeout,
+            shutdown_rx.clone(),
+        );
         // The subscriber connection is checked as often as holds are renewed.
         let heartbeat = settings.watchdog_timeout / 3;
         let pubsub = PubSub::start(subscriber, redis.clone(), pubsub, heartbeat, shutdown_rx);

@@ -218,7 +218,9 @@ impl Replicas {
     /// Runs `call`, a lock script on the lock `name` stored at `key`. When a replica must
     /// confirm writes to its master and no WAIT is in flight there, a WAIT goes right behind
     /// the script. Returns the script's reply and what confirms its write (see
-    /// [`confirm`](Self::confirm)); the caller tells from the reply whether it wrote.
+    /// [`confirm`](Self::confirm)); the caller tells from the reply whether it wrote. When
+    /// the master's replica count cannot be read, the script is not sent and the reply is
+    /// that error, saying so.
     ///
     /// Every WAIT goes through `scripts`' own client, routed by the key's slot: the one
     /// connection that carried the script's write to that master. A WAIT on any other
@@ -245,8 +247,8 @@ impl Replicas {
                 replicas,
                 timeout,
             },
-            // Asked again by `confirm`, where the error is reported.
-            Err(_) => return (scripts.run(call).await, Confirmation::Later),
+            // Nothing is sent: the write could not be confirmed.
+            Err(error) => return (Err(error), Confirmation::Needless),
         };
         let Some(next) = self.waits.lead(&request) else {
             return (scripts.run(call).await, Confirmation::Later);
@@ -329,8 +331,8 @@ impl Replicas {
         self.check(acknowledged, name)
     }
 
-    /// The master serving `slot` and its connected replicas, read by INFO at most once per
-    /// [`COUNT_TTL`].
+    /// The master serving `slot` and its connected replicas, read by INFO (on a cluster whose
+    /// user may not run it, from `CLUSTER NODES`) at most once per [`COUNT_TTL`].
     async fn count(&self, redis: &Client, slot: u16) -> Result<(Option<Server>, i64), RedisError> {
         let master = {
             let now = Instant::now();
@@ -347,16 +349,64 @@ impl Replicas {
         // carry (and move) this rare one's state.
         let info = CustomCommand::new_static("INFO", ClusterHash::Custom(slot), false);
         let reading = redis.custom::<String, _>(info, vec![Value::from("replication")]);
-        let text = Box::pin(reading).await?;
-        let count = text
-            .lines()
-            .find_map(|line| line.strip_prefix("connected_slaves:"))
-            .and_then(|count| count.trim().parse().ok())
-            .unwrap_or(0);
+        let count = match Box::pin(reading).await {
+            Ok(text) => text
+                .lines()
+                .find_map(|line| line.strip_prefix("connected_slaves:"))
+                .and_then(|count| count.trim().parse().ok())
+                .unwrap_or(0),
+            // A user without `@dangerous` commands: the cluster's node list has the replicas.
+            Err(error) if is_refused(&error) && redis.is_clustered() => {
+                Box::pin(listed_replicas(redis, slot)).await?
+            }
+            Err(error) => return Err(explained(error)),
+        };
         self.cache
             .lock()
             .counts
             .insert(master.clone(), (count, Instant::now()));
         Ok((master, count))
     }
+}
+
+/// Whether the server refused a command to this user (ACL).
+fn is_refused(error: &RedisError) -> bool {
+    error.details().starts_with("NOPERM")
+}
+
+/// `error`, met reading a master's replica count, saying so, and what to do when the user
+/// may not run INFO. Its first words stay the server's, which tell retryable errors.
+fn explained(error: RedisError) -> RedisError {
+    let advice = if is_refused(&error) {
+        "; grant the user `+info`, or turn the check off with `wait_for_replicas(None)`"
+    } else {
+        ""
+    };
+    let details = format!(
+        "{} (the replica check reads the master's replica count with `INFO replication`; \
+         nothing was written{advice})",
+        error.details()
+    );
+    RedisError::new(error.kind().clone(), details)
+}
+
+/// The replicas that `CLUSTER NODES`, asked of the master serving `slot`, lists for it and
+/// does not mark failed.
+async fn listed_replicas(redis: &Client, slot: u16) -> Result<i64, RedisError> {
+    let nodes = CustomCommand::new_static("CLUSTER", ClusterHash::Custom(slot), false);
+    let nodes: String = redis.custom(nodes, vec![Value::from("NODES")]).await?;
+    // Each line: id, address, flags, master's id, ...
+    let lines: Vec<Vec<&str>> = nodes.lines().map(|l| l.split(' ').collect()).collect();
+    let flagged = |fields: &[&str], flag: &str| {
+        fields
+            .get(2)
+            .is_some_and(|flags| flags.split(',').any(|f| f == flag))
+    };
+    let Some(me) = lines.iter().find(|fields| flagged(fields, "myself")) else {
+        return Ok(0);
+    };
+    let replicas = lines.iter().filter(|fields| {
+        flagged(fields, "slave") && !flagged(fields, "fail") && fields.get(3) == me.first()
+    });
+    Ok(replicas.count() as i64)
 }
