@@ -27,6 +27,11 @@ local outcome = nil
 if count then
     outcome = count > 1 and 0 or 1
 end
+if outcome == 0 then
+    permit_drop_hold(key, owner, lease)
+elseif outcome == 1 then
+    permit('releasing the lock', 'del', key)
+end
 if outcome == 1 then
     -- Told first (a send that only replays tells them again: they look, and find it held).
     notify_before_writing(publish, channel, message)
