@@ -422,3 +422,29 @@ async fn without_acl_check_cmd_a_refusal_still_leaves_no_key_without_a_ttl() {
         }
     }
 }
+
+#[tokio::test]
+async fn a_force_release_refused_its_delete_leaves_the_hold_as_it_was() {
+    let server = RedisServer::start();
+    let url = user(&server, "forcing", &[]);
+    let c = client_of(&url).await;
+    for kind in Kind::ALL {
+        let lock = format!("forced-{kind:?}");
+        let held = acquire(&c, &c.new_owner(), kind, &lock, None).await;
+        let held = held.unwrap().unwrap();
+        change(&server, "forcing", "-del");
+        let before = keys(&server, &lock);
+        let result = match kind {
+            Kind::Plain => c.lock(&lock).unwrap().force_unlock().await,
+            Kind::Fair => c.fair_lock(&lock).unwrap().force_unlock().await,
+            Kind::Fenced => c.fenced_lock(&lock).unwrap().force_unlock().await,
+            Kind::Spin => c.spin_lock(&lock).unwrap().force_unlock().await,
+            Kind::Write => c.read_write_lock(&lock).unwrap().force_unlock_write().await,
+            Kind::Read => c.read_write_lock(&lock).unwrap().force_unlock_read().await,
+        };
+        assert_eq!(keys(&server, &lock), before, "{kind:?}");
+        refused_before_writing(result, &format!("{kind:?} force release without del"));
+        change(&server, "forcing", "+del");
+        held.unlock().await.unwrap();
+    }
+}
