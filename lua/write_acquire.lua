@@ -29,7 +29,7 @@ if not mode then
     if redis.call('exists', key) == 1 then
         return {0, redis.call('pttl', key)}
     end
-    -- The second HSET is the first's command on the same key: asked for by the first.
+    -- The second HSET (the first's command, on the same key) needs no asking.
     permit(needs, 'pexpire', key, lease)
     ttl_permitted(key, lease, needs)
     first_write(needs, 'hset', key, 'mode', 'write')
