@@ -29,8 +29,19 @@ end
 -- by one and the key lives at least `lease` ms from now, never less than before, since the
 -- owner's other holds (or other readers) may need longer. `new_key`: the key did not exist,
 -- so its TTL is set without reading it. Returns the new count.
-local function add_hold(key, owner, lease, new_key)
-    local count = redis.call('hincrby', key, owner, '1')
+-- The caller has asked for PEXPIRE (see permit.lua); `needs`, when given: this is the
+-- script's first write. A new key's TTL is also tried before the key is made, where the
+-- server could not be asked: a refusal must never leave a hold without a TTL.
+local function add_hold(key, owner, lease, new_key, needs)
+    local count
+    if new_key then
+        ttl_permitted(key, lease, needs or 'acquiring the lock')
+    end
+    if needs then
+        count = first_write(needs, 'hincrby', key, owner, '1')
+    else
+        count = redis.call('hincrby', key, owner, '1')
+    end
     if new_key then
         redis.call('pexpire', key, lease)
     else

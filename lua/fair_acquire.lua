@@ -52,19 +52,34 @@ if invalid then
 end
 local wait, now = tonumber(ARGV[3]), tonumber(ARGV[4])
 
-purge_stale_heads(queue, deadlines, now)
+local needs = 'acquiring the lock'
+purge_stale_heads(queue, deadlines, now, needs)
 
 if redis.call('exists', key) == 0 then
     local head = redis.call('lindex', queue, 0)
     if not head or head == owner then
-        redis.call('lpop', queue)
-        redis.call('zrem', deadlines, owner)
-        -- The deadlines are chained (each one is the previous one plus that waiter's wait):
-        -- the owner's link is gone, so every remaining deadline moves up by its wait.
-        for _, waiter in ipairs(redis.call('zrange', deadlines, 0, -1)) do
-            redis.call('zincrby', deadlines, -wait, waiter)
+        -- Without a queue (nobody waits, no deadline left) its writes would change nothing.
+        local queued = head or redis.call('exists', deadlines) == 1
+        permit(needs, 'pexpire', key, lease)
+        if queued then
+            permit(needs, 'zrem', deadlines, owner)
+            permit(needs, 'zincrby', deadlines, '0', owner)
+            permit(needs, 'hset', key, owner, '1')
         end
-        redis.call('hset', key, owner, 1)
+        ttl_permitted(key, lease, needs)
+        if queued then
+            first_write(needs, 'lpop', queue)
+            redis.call('zrem', deadlines, owner)
+            -- The deadlines are chained (each one is the previous one plus that waiter's
+            -- wait): the owner's link is gone, so every remaining deadline moves up by its
+            -- wait.
+            for _, waiter in ipairs(redis.call('zrange', deadlines, 0, -1)) do
+                redis.call('zincrby', deadlines, -wait, waiter)
+            end
+            redis.call('hset', key, owner, 1)
+        else
+            first_write(needs, 'hset', key, owner, 1)
+        end
         redis.call('pexpire', key, lease)
         return {1, 1}
     end
@@ -74,7 +89,8 @@ if redis.call('hexists', key, owner) == 1 then
     if refuse_reentry then
         return redis.error_reply(refuse_reentry)
     end
-    return {1, add_hold(key, owner, lease)}
+    permit(needs, 'pexpire', key, lease)
+    return {1, add_hold(key, owner, lease, false, needs)}
 end
 
 if not join then
@@ -90,6 +106,7 @@ if own_deadline then
         -- First in line and another owner holds the lock (a free lock was taken above).
         local shift = now + math.max(estimate, 0) + wait - tonumber(own_deadline)
         if shift > tolerance then
+            -- Only ZINCRBY: a refusal comes at the first.
             for _, waiter in ipairs(redis.call('zrange', deadlines, 0, -1)) do
                 redis.call('zincrby', deadlines, shift, waiter)
             end
@@ -120,7 +137,14 @@ if last_deadline then
 else
     estimate = redis.call('pttl', key)
 end
-if redis.call('zadd', deadlines, estimate + wait + now, owner) == 1 then
-    redis.call('rpush', queue, owner)
+permit(needs, 'rpush', queue, owner)
+if first_write(needs, 'zadd', deadlines, estimate + wait + now, owner) == 1 then
+    local pushed = redis.pcall('rpush', queue, owner)
+    if type(pushed) == 'table' and pushed.err then
+        -- Refused where the server could not be asked beforehand (see permit): no deadline
+        -- is left without its place in line, where no purge would find it.
+        redis.call('zrem', deadlines, owner)
+        refuse('rpush', queue, needs, pushed.err)
+    end
 end
 return {0, estimate}

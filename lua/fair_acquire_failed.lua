@@ -22,21 +22,36 @@
 local queue, deadlines, key, channel_base = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local owner, wait, message, publish = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4]
 
+local needs = 'leaving the queue'
 local waiters = redis.call('lrange', queue, 0, -1)
-local behind = false
+-- Those behind the owner that have a deadline, and the first waiter once it has left.
+local behind, next_head = {}, nil
+local found = false
 for _, waiter in ipairs(waiters) do
-    if behind then
+    if waiter ~= owner and not next_head then
+        next_head = waiter
+    end
+    if found then
         if redis.call('zscore', deadlines, waiter) then
-            redis.call('zincrby', deadlines, -wait, waiter)
+            behind[#behind + 1] = waiter
         end
     elseif waiter == owner then
-        behind = true
+        found = true
     end
 end
-redis.call('zrem', deadlines, owner)
-redis.call('lrem', queue, 0, owner)
-
-if waiters[1] == owner and redis.call('exists', key) == 0 then
-    tell_head(queue, channel_base, publish, message)
+if #behind > 0 then
+    permit(needs, 'zincrby', deadlines, '0', owner)
 end
+permit(needs, 'zrem', deadlines, owner)
+if waiters[1] == owner and next_head and redis.call('exists', key) == 0 then
+    notify_before_writing(publish, channel_base .. ':' .. next_head, message, needs)
+end
+-- The place in line goes first: where the server could not be asked beforehand (see
+-- permit), a refusal then never leaves a waiter in line whose deadline is gone, which no
+-- purge would pass.
+first_write(needs, 'lrem', queue, 0, owner)
+for _, waiter in ipairs(behind) do
+    redis.call('zincrby', deadlines, -wait, waiter)
+end
+redis.call('zrem', deadlines, owner)
 return nil

@@ -44,11 +44,17 @@ if count then
 end
 -- The head the stale-head purge leaves, found before anything is written.
 local head, stale = live_head(queue, deadlines, now)
+if stale > 0 then
+    permit('releasing the lock', 'lpop', queue)
+    permit('releasing the lock', 'zrem', deadlines, '')
+end
+if outcome == 0 then
+    permit_drop_hold(key, owner, lease)
+elseif outcome == 1 then
+    permit('releasing the lock', 'del', key)
+end
 if head and (not exists or outcome == 1) then
-    local refused = notify_before_writing(publish, channel_base .. ':' .. head, message)
-    if refused then
-        return refused
-    end
+    notify_before_writing(publish, channel_base .. ':' .. head, message)
 end
 local replayed, reply = latch_claim(latch, latch_ttl, request, outcome)
 if replayed then

@@ -23,7 +23,14 @@ if invalid then
 end
 local free = redis.call('exists', key) == 0
 if free or redis.call('hexists', key, owner) == 1 then
-    local token = redis.call('incr', counter)
+    local needs = 'acquiring the lock'
+    permit(needs, 'hincrby', key, owner, '1')
+    permit(needs, 'pexpire', key, lease)
+    if free then
+        -- Tried before the token is taken (see add_hold).
+        ttl_permitted(key, lease, needs)
+    end
+    local token = first_write(needs, 'incr', counter)
     return {1, add_hold(key, owner, lease, free), token}
 end
 return {0, redis.call('pttl', key)}

@@ -24,6 +24,8 @@ if free or redis.call('hexists', key, owner) == 1 then
     if refuse_reentry and not free then
         return redis.error_reply(refuse_reentry)
     end
-    return {1, add_hold(key, owner, lease, free)}
+    local needs = 'acquiring the lock'
+    permit(needs, 'pexpire', key, lease)
+    return {1, add_hold(key, owner, lease, free, needs)}
 end
 return {0, redis.call('pttl', key)}

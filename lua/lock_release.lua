@@ -31,12 +31,14 @@ local outcome = nil
 if count then
     outcome = count > 1 and 0 or 1
 end
+if outcome == 0 then
+    permit_drop_hold(key, owner, lease)
+elseif outcome == 1 then
+    permit('releasing the lock', 'del', key)
+end
 if outcome == 1 then
     -- Told first (a send that only replays tells them again: they look, and find it held).
-    local refused = notify_before_writing(publish, channel, message)
-    if refused then
-        return refused
-    end
+    notify_before_writing(publish, channel, message)
 end
 local replayed, reply = latch_claim(latch, latch_ttl, request, outcome)
 if replayed then

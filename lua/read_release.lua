@@ -121,19 +121,27 @@ end
 local found = redis.call('hmget', key, 'mode', owner)
 local mode, held = found[1], found[2]
 local outcome, expiry = nil, nil
-if not mode then
-    local refused = notify_before_writing(publish, channel, message)
-    if refused then
-        return refused
-    end
-elseif tonumber(held) then
+if tonumber(held) then
     outcome, expiry = outcome_of(mode, held)
-    if outcome == 1 then
-        local refused = notify_before_writing(publish, channel, message)
-        if refused then
-            return refused
-        end
+end
+-- The count's text names the released hold's timeout key (no number formatted in Lua).
+local released = owner_prefix .. ':' .. tostring(held)
+local needs = 'releasing the lock'
+if outcome == 1 then
+    permit(needs, 'del', key, released)
+elseif outcome == 0 then
+    if tonumber(held) <= 1 then
+        permit(needs, 'hdel', key, owner)
+    else
+        permit(needs, 'hincrby', key, owner, '-1')
     end
+    permit(needs, 'del', released)
+    if expiry then
+        permit(needs, 'pexpireat', key, expiry)
+    end
+end
+if not mode or outcome == 1 then
+    notify_before_writing(publish, channel, message)
 end
 local replayed, reply = latch_claim(latch, latch_ttl, request, outcome)
 if replayed then
@@ -142,8 +150,6 @@ end
 if outcome == nil then
     return nil
 end
--- The count's text names the released hold's timeout key (no number formatted in Lua).
-local released = owner_prefix .. ':' .. held
 if outcome == 1 then
     redis.call('del', key, released)
     return 1

@@ -26,19 +26,24 @@ if invalid then
     return invalid
 end
 
+local needs = 'acquiring the lock'
 local mode = redis.call('hget', key, 'mode')
 if not mode then
     -- A key without a mode is no read-write lock: busy (see the header).
     if redis.call('exists', key) == 1 then
         return {0, redis.call('pttl', key)}
     end
-    redis.call('hset', key, 'mode', 'write')
+    -- The second HSET (the first's command, on the same key) needs no asking.
+    permit(needs, 'pexpire', key, lease)
+    ttl_permitted(key, lease, needs)
+    first_write(needs, 'hset', key, 'mode', 'write')
     redis.call('hset', key, write_owner, 1)
     redis.call('pexpire', key, lease)
     return {1, 1}
 end
 if mode == 'write' and redis.call('hexists', key, write_owner) == 1 then
-    local count = redis.call('hincrby', key, write_owner, 1)
+    permit(needs, 'pexpire', key, lease)
+    local count = first_write(needs, 'hincrby', key, write_owner, 1)
     local remaining = redis.call('pttl', key)
     redis.call('pexpire', key, remaining + tonumber(lease))
     return {1, count}

@@ -47,11 +47,18 @@ local outcome = nil
 if count then
     outcome = count > 1 and 0 or 1
 end
+local read_owner = string.sub(write_owner, 1, -#':write' - 1)
+local downgrade = outcome == 1 and redis.call('hlen', key) ~= 2
+if outcome == 0 then
+    permit_drop_hold(key, write_owner, lease)
+elseif downgrade then
+    permit('releasing the lock', 'hdel', key, write_owner)
+    permit('releasing the lock', 'hset', key, 'mode', 'read')
+elseif outcome == 1 then
+    permit('releasing the lock', 'del', key)
+end
 if not mode or outcome == 1 then
-    local refused = notify_before_writing(publish, channel, message)
-    if refused then
-        return refused
-    end
+    notify_before_writing(publish, channel, message)
 end
 local replayed, reply = latch_claim(latch, latch_ttl, request, outcome)
 if replayed then
@@ -59,15 +66,14 @@ if replayed then
 end
 if outcome == 0 then
     -- Read holds the owner took while writing need the TTL they have: it may only grow.
-    local read_owner = string.sub(write_owner, 1, -#':write' - 1)
     drop_hold(key, write_owner, lease, redis.call('hexists', key, read_owner) == 1)
 elseif outcome == 1 then
     -- Only the mode and this field: the lock is free. Otherwise the owner's read holds stay.
-    if redis.call('hlen', key) == 2 then
-        redis.call('del', key)
-    else
+    if downgrade then
         redis.call('hdel', key, write_owner)
         redis.call('hset', key, 'mode', 'read')
+    else
+        redis.call('del', key)
     end
 end
 return outcome

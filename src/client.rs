@@ -403,10 +403,11 @@ impl LockClientBuilder {
         self
     }
 
-    /// Whether each watchdog renewal script covers holds of one cluster slot only. A
-    /// cluster needs it and gets it by default. Turn it on for a proxy that fronts a
-    /// cluster behind a single address (such proxies refuse scripts whose keys span
-    /// slots). Off, any 100 holds share a script: far fewer scripts when names differ.
+    /// Whether each watchdog renewal script, and each deletion of the unlock latches of
+    /// dropped lock handles, covers keys of one cluster slot only. A cluster needs it and
+    /// gets it by default. Turn it on for a proxy that fronts a cluster behind a single
+    /// address (such proxies refuse scripts and commands whose keys span slots). Off, any
+    /// 100 holds share a script: far fewer scripts when names differ.
     pub fn group_renewals_by_slot(mut self, by_slot: bool) -> Self {
         self.renew_by_slot = Some(by_slot);
         self

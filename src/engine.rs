@@ -35,7 +35,8 @@ pub(crate) struct Settings {
     /// The fair lock's per-waiter wait when the call gives none (Redisson's
     /// `fairLockWaitTimeout`).
     pub(crate) fair_wait_timeout: Duration,
-    /// Whether each renewal script covers holds of one cluster slot only.
+    /// Whether each renewal script, and each deletion of unlock latches, covers keys of one
+    /// cluster slot only.
     pub(crate) renew_by_slot: bool,
     /// How long a lock script's write waits for a replica; `None` when it does not.
     pub(crate) replica_wait: Option<Duration>,
@@ -163,7 +164,12 @@ impl Engine {
         let watchdog = Watchdog::new(settings.watchdog_timeout, settings.renew_by_slot);
         tokio::spawn(watchdog.clone().run(scripts.clone()));
         let latches = Latches::new();
-        tokio::spawn(latches.clone().run(redis.clone(), shutdown_rx.clone()));
+        let by_slot = settings.renew_by_slot;
+        tokio::spawn(
+            latches
+                .clone()
+                .run(redis.clone(), by_slot, shutdown_rx.clone()),
+        );
         sentinel::follow_failovers(
             &redis,
             &subscriber,

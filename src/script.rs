@@ -351,7 +351,9 @@ pub(crate) fn nil_or_int(script: &'static Script, reply: Value) -> Result<Option
 
 /// Lists the scripts: `NAME => "file"` embeds `lua/file.lua`; `NAME => "file" with "a", "b"`
 /// puts the shared snippets `lua/a.lua` then `lua/b.lua` in front of it, so each rule of the
-/// protocol is written once. A snippet only defines local functions and constants, taking
+/// protocol is written once. The file's text becomes the function `script`, which the
+/// epilogue `lua/main.lua` runs, so that a refusal raised anywhere reaches the client as the
+/// script's own error reply on every server version. A snippet only defines local functions and constants, taking
 /// what it needs as arguments (never KEYS or ARGV), so the parts may come in any order that
 /// puts a function after those it calls. `tests/support/mod.rs` reads these lines to
 /// assemble a script as sent here.
@@ -361,7 +363,10 @@ macro_rules! scripts {
             $file,
             concat!(
                 $($(include_str!(concat!("../lua/", $part, ".lua")),)+)?
-                include_str!(concat!("../lua/", $file, ".lua"))
+                "local function script()\n",
+                include_str!(concat!("../lua/", $file, ".lua")),
+                "end\n",
+                include_str!("../lua/main.lua"),
             ),
         );)*
 
@@ -377,29 +382,31 @@ macro_rules! scripts {
 }
 
 scripts! {
-    LOCK_ACQUIRE => "lock_acquire" with "common",
-    LOCK_RELEASE => "lock_release" with "common", "release", "publish",
-    LOCK_FORCE_RELEASE => "lock_force_release" with "publish",
-    RENEW_BATCH => "renew_batch" with "common",
-    FAIR_ACQUIRE => "fair_acquire" with "common", "publish", "fair_queue",
-    FAIR_ACQUIRE_FAILED => "fair_acquire_failed" with "publish", "fair_queue",
-    FAIR_RELEASE => "fair_release" with "common", "release", "publish", "fair_queue",
-    FAIR_FORCE_RELEASE => "fair_force_release" with "publish", "fair_queue",
-    FENCED_ACQUIRE => "fenced_acquire" with "common",
-    READ_ACQUIRE => "read_acquire" with "common", "read_keys",
-    READ_RELEASE => "read_release" with "common", "instant", "release", "publish", "read_keys",
-    READ_FORCE_RELEASE => "read_force_release" with "publish",
-    READ_RENEW_BATCH => "read_renew_batch" with "common", "read_keys",
+    LOCK_ACQUIRE => "lock_acquire" with "permit", "common",
+    LOCK_RELEASE => "lock_release" with "permit", "common", "release", "publish",
+    LOCK_FORCE_RELEASE => "lock_force_release" with "permit", "publish",
+    RENEW_BATCH => "renew_batch" with "permit", "common",
+    FAIR_ACQUIRE => "fair_acquire" with "permit", "common", "fair_queue",
+    FAIR_ACQUIRE_FAILED => "fair_acquire_failed" with "permit", "publish", "fair_queue",
+    FAIR_RELEASE => "fair_release" with "permit", "common", "release", "publish", "fair_queue",
+    FAIR_FORCE_RELEASE => "fair_force_release" with "permit", "publish", "fair_queue",
+    FENCED_ACQUIRE => "fenced_acquire" with "permit", "common",
+    READ_ACQUIRE => "read_acquire" with "permit", "common", "read_keys",
+    READ_RELEASE => "read_release" with "permit", "common", "instant", "release", "publish", "read_keys",
+    READ_FORCE_RELEASE => "read_force_release" with "permit", "publish",
+    READ_RENEW_BATCH => "read_renew_batch" with "permit", "common", "read_keys",
     READ_LOCKED => "read_locked",
-    WRITE_ACQUIRE => "write_acquire" with "common",
-    WRITE_RELEASE => "write_release" with "common", "release", "publish",
-    WRITE_FORCE_RELEASE => "write_force_release" with "publish",
+    WRITE_ACQUIRE => "write_acquire" with "permit", "common",
+    WRITE_RELEASE => "write_release" with "permit", "common", "release", "publish",
+    WRITE_FORCE_RELEASE => "write_force_release" with "permit", "publish",
     INSPECT => "inspect" with "read_keys",
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const MAIN: &str = include_str!("../lua/main.lua");
 
     /// The leading comment lines of a script file: its header.
     fn header(file: &str) -> String {
@@ -444,9 +451,12 @@ mod tests {
     fn every_script_has_a_header_and_a_distinct_sha() {
         let mut shas = std::collections::HashSet::new();
         for (script, _, file) in ALL {
-            // The header is the file's own, after whatever snippets come first.
-            let own = &script.lua[script.lua.len() - file.len()..];
-            assert_eq!(own, *file, "{} does not end with its file", script.name);
+            // The header is the file's own, after whatever snippets come first, and the
+            // file is the body of the function the epilogue runs.
+            let wrapped = format!("local function script()\n{file}end\n{MAIN}");
+            let own = &script.lua[script.lua.len() - wrapped.len()..];
+            assert_eq!(own, wrapped, "{} does not end with its file", script.name);
+            let own = *file;
             let header = header(own);
             let body = &own[header.len()..];
             for section in ["-- KEYS", "-- Reply"] {
@@ -478,9 +488,10 @@ mod tests {
         for (script, parts, file) in ALL {
             let prologue: String = parts.iter().map(|(_, text)| *text).collect();
             assert!(script.lua.starts_with(&prologue), "{}", script.name);
+            let wrapped = format!("local function script()\n{file}end\n{MAIN}");
             assert_eq!(
-                script.lua.len(),
-                prologue.len() + file.len(),
+                script.lua,
+                format!("{prologue}{wrapped}"),
                 "{}",
                 script.name
             );

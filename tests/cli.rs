@@ -311,6 +311,32 @@ fn hold_gives_up_after_its_wait_and_ends_after_its_time() {
     assert_eq!(server.command(&["EXISTS", "cli:brief"]), "0");
 }
 
+#[test]
+fn hold_exits_1_when_its_hold_was_force_unlocked() {
+    let server = RedisServer::start();
+    // Found lost at its release, when its time is up (the watchdog would find it only at its
+    // next renewal, 10 s later) or when it is interrupted.
+    for (name, interrupted) in [("cli:freed", false), ("cli:freed-interrupted", true)] {
+        let mut holding = Running::start(&server, &["hold", name, "--for", "3s"]);
+        holding.next_event("acquired");
+        let (_, code) = run_json(&server, &["force-unlock", "--yes", name]);
+        assert_eq!(code, 0, "{name}");
+        let code = if interrupted {
+            holding.interrupt()
+        } else {
+            holding.wait()
+        };
+        assert_eq!(code, 1, "{name}");
+    }
+    // The lost hold is told as such.
+    let mut holding = Running::start(&server, &["hold", "cli:freed-told", "--for", "3s"]);
+    holding.next_event("acquired");
+    assert_eq!(server.command(&["DEL", "cli:freed-told"]), "1");
+    let lost = holding.next_event("lease_lost");
+    assert_eq!(lost["name"], "cli:freed-told");
+    assert_eq!(holding.wait(), 1);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn watch_follows_acquisitions_releases_and_messages() {
     let server = RedisServer::start();
