@@ -288,6 +288,11 @@ impl Entry {
         fixed.max(renewed.then_some(timeout))
     }
 
+    /// Whether a hold of this entry still keeps the key alive at `now`.
+    fn keeps_key(&self, now: Instant) -> bool {
+        self.renewed > 0 || self.fixed.iter().any(|end| *end > now)
+    }
+
     fn remove_fixed(&mut self, end: Instant) {
         if let Some(at) = self.fixed.iter().position(|e| *e == end) {
             self.fixed.swap_remove(at);
@@ -497,13 +502,29 @@ impl Watchdog {
 
     /// A guard gives up its part: renewal stops with the hold's last renewed guard.
     /// `None` when the guard's hold is already known to be lost (it was forgotten or
-    /// replaced by a newer hold of the owner): its release must then touch nothing.
+    /// replaced by a newer hold of the owner, its watchdog lease ran out, or its fixed lease
+    /// ended with nothing else keeping the key): its release must then touch nothing, and
+    /// is answered at once, even with Redis out of reach.
     pub(crate) fn leave(&self, ticket: &Ticket) -> Option<Leaving> {
         let mut registry = self.registry.lock();
+        let now = Instant::now();
+        let at = self.clock.at(now);
         let entry = registry.entry_of(&ticket.hold)?;
+        if !ticket.hold.standing.holds_at(at) {
+            // Lost for every guard of the hold: nothing of it is renewed or released.
+            registry.remove(&ticket.hold.key);
+            return None;
+        }
         match ticket.fixed {
             Some(end) => entry.remove_fixed(end),
-            None => entry.renewed_hold_left(&ticket.hold.standing, self.clock.now()),
+            None => entry.renewed_hold_left(&ticket.hold.standing, at),
+        }
+        if ticket.fixed_ended(now) && !entry.keeps_key(now) {
+            // The key's last lease ended: it is gone, or about to go on its own.
+            if entry.is_empty() {
+                registry.remove(&ticket.hold.key);
+            }
+            return None;
         }
         let leaving = Leaving {
             generation: ticket.hold.id,
@@ -1080,9 +1101,26 @@ mod tests {
             0,
             "a lease that ran out is not being renewed"
         );
-        // The lapsed guard leaving does not revive the hold for the fixed one.
-        assert!(watchdog.leave(&renewed).is_some());
+        // The lapsed guard leaving sends nothing, and does not revive the hold for the
+        // fixed one.
+        assert!(watchdog.leave(&renewed).is_none());
         assert!(watchdog.is_lost(&fixed));
+    }
+
+    #[test]
+    fn a_guard_whose_fixed_lease_ended_leaves_without_a_release() {
+        let watchdog = Watchdog::new(Duration::from_secs(30), false);
+        let now = Instant::now();
+        let ended = Some(now - Duration::from_millis(1));
+        // Alone: the key's lease is over, nothing is released.
+        let alone = watchdog.register(plain(1), now, ended, true);
+        assert!(watchdog.leave(&alone).is_none());
+        assert_eq!(watchdog.plan_unlock(&plain(1)), (None, None), "dropped");
+        // Beside a renewed hold of the owner, which keeps the key: its count is released.
+        let renewed = watchdog.register(plain(2), now, None, true);
+        let inner = watchdog.register(plain(2), now, ended, false);
+        assert!(watchdog.leave(&inner).is_some());
+        assert!(!watchdog.is_lost(&renewed));
     }
 
     #[test]
