@@ -10,7 +10,8 @@
 //! when a lease is close to its end.
 //!
 //! Guards see each hold's [`Standing`]: lost, or held until the watchdog lease's deadline,
-//! counted from the send of the command that last set the lease. A guard reports its hold
+//! counted from the send of the command that last set the lease, less
+//! [`TIMER_MARGIN`](crate::time::TIMER_MARGIN) (see [`lease_end`]). A guard reports its hold
 //! lost once that deadline passes, even while a renewal is still on the wire, and the key
 //! on the server, whose TTL started later, cannot have expired before. The standing is one
 //! atomic word and one [`Notify`] per hold, shared by the registry and the hold's guards:
@@ -35,7 +36,7 @@ use crate::backoff::renewal_retry;
 use crate::keys::Str;
 use crate::observe;
 use crate::script::{Call, ScriptRunner, READ_RENEW_BATCH, RENEW_BATCH};
-use crate::time::millis;
+use crate::time::{lease_end, millis};
 
 /// At most this many plain holds are renewed by one script. Redis runs nothing else while a
 /// script runs, so this bounds how long other commands wait behind one: a plain hold costs
@@ -480,7 +481,7 @@ impl Watchdog {
         match fixed {
             Some(end) => entry.fixed.push(end),
             None => {
-                let expires = self.clock.at(sent_at + self.timeout);
+                let expires = self.clock.at(lease_end(sent_at, self.timeout));
                 // A re-entry keeps the later of its own and the renewed deadline.
                 let expires = match hold.standing.deadline() {
                     Some(current) if entry.renewed > 0 => current.max(expires),
@@ -694,7 +695,7 @@ impl Watchdog {
             let call = runner.run(self.renewal_call(&batch));
             calls.spawn(async move { (batch, call.await) });
         }
-        let next_lease = self.clock.at(now + self.timeout);
+        let next_lease = self.clock.at(lease_end(now, self.timeout));
         let mut next_due = now + self.timeout;
         while let Some(joined) = calls.join_next().await {
             let Ok((batch, reply)) = joined else { continue };
@@ -1133,7 +1134,7 @@ mod tests {
             .standing
             .deadline()
             .map(|at| watchdog.clock.instant(at));
-        assert_eq!(deadline, Some(now + Duration::from_secs(30)));
+        assert_eq!(deadline, Some(lease_end(now, Duration::from_secs(30))));
         assert!(!watchdog.is_lost(&ticket));
         assert_eq!(watchdog.renewed(), 1);
         assert!(watchdog.leave(&ticket).is_some());
