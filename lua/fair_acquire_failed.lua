@@ -9,6 +9,11 @@
 -- ARGV[2]  that waiter's wait in ms (what it added to the deadlines behind it)
 -- ARGV[3]  unlock message, always "0"
 -- ARGV[4]  how to tell waiters: publish, spublish or both (see publish.lua)
+-- KEYS[5]  optional, with KEYS[6], ARGV[5] and ARGV[6] (this client's own): the waiter's fence
+--          redisson_lock_left:{<raw>}:<owner field>:<wait id> (see lua/fair_acquire.lua)
+-- KEYS[6]  the owner's trace redisson_lock_took:{<raw>}:<owner field>
+-- ARGV[5]  the waiter's wait id
+-- ARGV[6]  how long the fence stays, in ms: longer than an attempt can stay on the wire
 --
 -- Reply: nil, always. The deadline of every waiter behind the owner moves up by its wait
 -- (a waiter without a deadline is left without one); then the owner is removed from both
@@ -19,8 +24,30 @@
 -- an unlock would. Otherwise an unlock message sent to the owner just before it left is
 -- lost, and the new first waiter sleeps until its timer. The extra "0" is an ordinary unlock
 -- message to Java waiters: at worst one more attempt.
+--
+-- With the fence (a waiter of this client): first the fence is set, so that an attempt of the
+-- waiter still on the wire does nothing when it runs. Then a hold that an earlier attempt of
+-- the waiter took (the trace names its wait), whose answer the waiter never saw, is undone:
+-- one hold fewer, and when that frees the lock, the first waiter is told.
 local queue, deadlines, key, channel_base = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local owner, wait, message, publish = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4]
+local fence, trace = KEYS[5], KEYS[6]
+
+local freed = false
+if fence then
+    redis.call('set', fence, '1', 'px', ARGV[6])
+    if redis.call('get', trace) == ARGV[5] then
+        redis.call('del', trace)
+        if redis.call('hexists', key, owner) == 1
+            and redis.call('hincrby', key, owner, -1) <= 0 then
+            redis.call('hdel', key, owner)
+            if redis.call('hlen', key) == 0 then
+                redis.call('del', key)
+                freed = true
+            end
+        end
+    end
+end
 
 local waiters = redis.call('lrange', queue, 0, -1)
 local behind = false
@@ -36,7 +63,7 @@ end
 redis.call('zrem', deadlines, owner)
 redis.call('lrem', queue, 0, owner)
 
-if waiters[1] == owner and redis.call('exists', key) == 0 then
+if (freed or waiters[1] == owner) and redis.call('exists', key) == 0 then
     tell_head(queue, channel_base, publish, message)
 end
 return nil

@@ -199,6 +199,11 @@ impl Handle {
             })
         };
         match wait::acquire(engine, wake, deadline, attempt).await {
+            Ok(Some(guard)) if on_the_wire.had_unknown() => {
+                // An unanswered attempt may still run, after this hold's release.
+                exit.keep().await;
+                Ok(Some(guard))
+            }
             Ok(Some(guard)) => {
                 exit.disarm();
                 Ok(Some(guard))
@@ -229,7 +234,8 @@ impl Handle {
             let client = lock.engine.queueing_permit();
             client.map(|client| (client, wire.enter()))
         });
-        let call = lock.kind.acquire(lock, owner, lease_ms, wait);
+        let mut call = lock.kind.acquire(lock, owner, lease_ms, wait);
+        let wire = queued.map(|wire| wire.sign(&mut call));
         let script = call.script;
         let in_flight = InFlight::new(
             {
@@ -242,7 +248,9 @@ impl Handle {
                             .replicas
                             .run(&engine.scripts, &engine.redis, call, key))
                         .await;
-                    let attempt = lock.kind.read_acquire(&lock, &owner, script, reply)?;
+                    let attempt = lock.kind.read_acquire(&lock, &owner, script, reply);
+                    wire.inspect(|wire| wire.note(&attempt));
+                    let attempt = attempt?;
                     if let Attempt::Acquired(_) = attempt {
                         if let Err(error) = engine.confirm(confirmation, key, &lock.name).await {
                             // Undo exactly this acquisition: a failover could lose it.
