@@ -327,9 +327,11 @@ impl Drop for QueueExit {
 /// Takes the waiter out of the queue, once its attempts are answered (`keep`: it got the
 /// lock, only its fence is set); `tried` is told after the first send. A send that fails
 /// (Redis unreachable or too busy to answer in time, the connection being made again) is
-/// tried again until the wait's fence would have lapsed by itself: an attempt still on the
-/// wire must find it set, and running the exit twice is harmless (the first run took the
-/// trace, so no later one undoes a hold).
+/// tried again for as long as a waiter rides out an outage (`watchdog_timeout`, or the
+/// waiter's wait if longer): a place left in the queue would stall the waiters behind it
+/// (by as much as the hold lasted, since the head keeps everyone's place while it asks), and
+/// an attempt still on the wire must find the fence set. Running the exit twice is harmless
+/// (the first run took the trace, so no later one undoes a hold).
 async fn leave(armed: &Armed, keep: bool, tried: oneshot::Sender<()>) {
     let Armed {
         lock,
@@ -344,13 +346,8 @@ async fn leave(armed: &Armed, keep: bool, tried: oneshot::Sender<()>) {
         lock.engine.queue_exits.unregister(*id);
         return;
     }
-    // An exit with a fence to set is tried for as long as the fence would stay.
-    let lapses = Instant::now()
-        + if on_the_wire.had_unknown() {
-            fence_ttl(lock, *wait_ms)
-        } else {
-            Duration::from_millis(u64::try_from(*wait_ms).unwrap_or(0))
-        };
+    let wait = Duration::from_millis(u64::try_from(*wait_ms).unwrap_or(0));
+    let lapses = Instant::now() + wait.max(lock.engine.settings.watchdog_timeout);
     let mut tried = Some(tried);
     let mut sent = 1;
     loop {
