@@ -108,3 +108,46 @@ async fn a_waiter_whose_last_attempts_went_unanswered_leaves_no_hold_and_no_plac
     assert!(holder.is_lease_lost());
     assert_eq!(c.renewed_holds(), 0);
 }
+
+#[tokio::test]
+async fn a_waiter_served_after_an_unanswered_attempt_holds_once_and_frees_the_lock() {
+    let server = RedisServer::start_with_args(&["--enable-debug-command", "local"]);
+    let name = "unanswered-then-served";
+    let c = client_with(&server, |b| {
+        b.command_timeout(Duration::from_millis(300))
+            .watchdog_timeout(Duration::from_secs(30))
+    })
+    .await;
+    let lock = c.fair_lock(name).unwrap();
+    let holder = lock.clone().with_lease(fixed(1200));
+    let holder = holder.lock(&c.new_owner()).await.unwrap();
+    let me = c.new_owner();
+    let waiter = tokio::spawn(lock.try_lock_for(&me, Duration::from_secs(20)));
+    eventually(5 * SECOND, "the waiter queued", || {
+        queued(&server, name).len() == 1
+    })
+    .await;
+
+    // Attempts sent while the server sleeps go unanswered, and run when it wakes, on the
+    // free lock: the waiter must hold it once, not once for the attempt it never heard of
+    // and once for the one that answered.
+    let asleep = server.command_on_thread(&["DEBUG", "SLEEP", "2"]);
+    tokio::task::spawn_blocking(move || asleep.join().unwrap().unwrap())
+        .await
+        .unwrap();
+    let guard = within(10 * SECOND, "the waiter", waiter).await.unwrap();
+    let guard = guard
+        .unwrap()
+        .expect("served once the holder's lease ended");
+    assert_eq!(lock.hold_count(&me).await.unwrap(), 1);
+    // Its late attempts are fenced off before it was handed the guard.
+    let fences = server.command(&["KEYS", "redisson_lock_left:*"]);
+    assert!(fences.contains(&me.to_string()), "{fences:?}");
+    guard.unlock().await.unwrap();
+    assert_eq!(
+        server.command(&["EXISTS", name]),
+        "0",
+        "freed by its one release"
+    );
+    assert!(holder.is_lease_lost());
+}
