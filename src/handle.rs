@@ -302,6 +302,9 @@ impl Handle {
             let lock = &handle.lock;
             let lease_ms = handle.lease.millis(&lock.engine);
             let hold = lock.hold_key(&owner);
+            if lock.engine.watchdog.forget_if_lost(&hold) {
+                return Err(Error::not_held(&lock.name, &owner));
+            }
             let (generation, keep_alive) = lock.engine.watchdog.plan_unlock(&hold);
             let lease_ms = keep_alive.map_or(lease_ms, millis);
             match release_settled(lock, &owner, lease_ms, generation, By::Owner).await? {
@@ -519,7 +522,8 @@ macro_rules! exclusive_lock {
             ///
             /// # Errors
             /// [`Error::NotHeld`](crate::Error::NotHeld) when `owner` holds nothing (nothing
-            /// changes on the server); [`Error::Redis`](crate::Error::Redis) when Redis
+            /// changes on the server), at once and sending nothing when this client knows
+            /// the hold is lost (its lease ran out unrenewed); [`Error::Redis`](crate::Error::Redis) when Redis
             /// could not be reached even after resending (resending is safe: the unlock
             /// latch makes the release happen at most once).
             pub fn unlock(

@@ -586,6 +586,22 @@ impl Watchdog {
         }
     }
 
+    /// Whether the hold registered under `key` is known to be lost (its watchdog lease ran
+    /// out, or its last fixed lease ended with none renewed); it then leaves the registry.
+    /// A release of it must send nothing: the key is gone, or about to go on its own.
+    pub(crate) fn forget_if_lost(&self, key: &HoldKey) -> bool {
+        let mut registry = self.registry.lock();
+        let now = Instant::now();
+        let Some((Registered(hold), entry)) = registry.holds.get_key_value(key) else {
+            return false;
+        };
+        let lost = !hold.standing.holds_at(self.clock.at(now)) || !entry.keeps_key(now);
+        if lost {
+            registry.remove(key);
+        }
+        lost
+    }
+
     /// How long the key of `key` must live for the holds this client knows of.
     pub(crate) fn keep_alive(&self, key: &HoldKey) -> Option<Duration> {
         let registry = self.registry.lock();

@@ -40,6 +40,28 @@ async fn unlock_after_lease_lost_answers_at_once_with_a_watchdog_lease() {
 }
 
 #[tokio::test]
+async fn unlock_by_owner_of_a_detached_hold_known_lost_answers_at_once() {
+    let mut server = RedisServer::start();
+    let c = patient_client(&server).await;
+    let (lock, owner) = (c.lock("gone-detached").unwrap(), c.new_owner());
+    lock.lock(&owner).await.unwrap().detach();
+    assert_eq!(c.renewed_holds(), 1);
+    server.stop();
+    // The hold's watchdog lease runs out unrenewed.
+    eventually(10 * SECOND, "the lease lapsed", || c.renewed_holds() == 0).await;
+    let unlocked = within(
+        2 * SECOND,
+        "unlock of a hold known lost",
+        lock.unlock(&owner),
+    )
+    .await;
+    assert!(
+        matches!(unlocked, Err(Error::NotHeld { .. })),
+        "{unlocked:?}"
+    );
+}
+
+#[tokio::test]
 async fn unlock_after_lease_lost_answers_at_once_with_a_fixed_lease() {
     let server = RedisServer::start();
     let c = patient_client(&server).await;
