@@ -112,6 +112,11 @@ impl QueueExits {
         id
     }
 
+    /// A new id, unique in this client, for a wait's fence (see `OnTheWire`).
+    pub(crate) fn wait_id(&self) -> u64 {
+        self.next_id.fetch_add(1, Ordering::Relaxed)
+    }
+
     /// Waiter `id` gives up: whether its place must be taken out of the queue, which is so
     /// unless another task of the same owner still waits for it.
     pub(crate) fn leaving(&self, id: u64) -> bool {

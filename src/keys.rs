@@ -92,6 +92,22 @@ impl LockKeys {
         prefix_name("redisson_lock_timeout", &self.raw)
     }
 
+    /// `redisson_lock_left:{raw}:<owner field>:<wait id>`: a fair waiter's fence, set when it
+    /// leaves (this client's own key, see `lua/fair_acquire.lua`).
+    pub(crate) fn fair_fence(&self, owner_field: &str, wait_id: u64) -> String {
+        let base = prefix_name("redisson_lock_left", &self.raw);
+        format!("{base}:{owner_field}:{wait_id}")
+    }
+
+    /// `redisson_lock_took:{raw}:<owner field>`: which wait of the owner took its last new
+    /// fair hold (this client's own key, see `lua/fair_acquire.lua`).
+    pub(crate) fn fair_trace(&self, owner_field: &str) -> String {
+        format!(
+            "{}:{owner_field}",
+            prefix_name("redisson_lock_took", &self.raw)
+        )
+    }
+
     /// `redisson_lock__channel:{raw}:<owner field>`: one fair waiter's own channel.
     pub(crate) fn fair_waiter_channel(&self, owner_field: &str) -> String {
         format!("{}:{owner_field}", self.channel)

@@ -10,7 +10,8 @@
 //! when a lease is close to its end.
 //!
 //! Guards see each hold's [`Standing`]: lost, or held until the watchdog lease's deadline,
-//! counted from the send of the command that last set the lease. A guard reports its hold
+//! counted from the send of the command that last set the lease, less
+//! [`TIMER_MARGIN`](crate::time::TIMER_MARGIN) (see [`lease_end`]). A guard reports its hold
 //! lost once that deadline passes, even while a renewal is still on the wire, and the key
 //! on the server, whose TTL started later, cannot have expired before. The standing is one
 //! atomic word and one [`Notify`] per hold, shared by the registry and the hold's guards:
@@ -35,7 +36,7 @@ use crate::backoff::renewal_retry;
 use crate::keys::Str;
 use crate::observe;
 use crate::script::{Call, ScriptRunner, READ_RENEW_BATCH, RENEW_BATCH};
-use crate::time::millis;
+use crate::time::{lease_end, millis};
 
 /// At most this many plain holds are renewed by one script. Redis runs nothing else while a
 /// script runs, so this bounds how long other commands wait behind one: a plain hold costs
@@ -288,6 +289,11 @@ impl Entry {
         fixed.max(renewed.then_some(timeout))
     }
 
+    /// Whether a hold of this entry still keeps the key alive at `now`.
+    fn keeps_key(&self, now: Instant) -> bool {
+        self.renewed > 0 || self.fixed.iter().any(|end| *end > now)
+    }
+
     fn remove_fixed(&mut self, end: Instant) {
         if let Some(at) = self.fixed.iter().position(|e| *e == end) {
             self.fixed.swap_remove(at);
@@ -475,7 +481,7 @@ impl Watchdog {
         match fixed {
             Some(end) => entry.fixed.push(end),
             None => {
-                let expires = self.clock.at(sent_at + self.timeout);
+                let expires = self.clock.at(lease_end(sent_at, self.timeout));
                 // A re-entry keeps the later of its own and the renewed deadline.
                 let expires = match hold.standing.deadline() {
                     Some(current) if entry.renewed > 0 => current.max(expires),
@@ -497,13 +503,29 @@ impl Watchdog {
 
     /// A guard gives up its part: renewal stops with the hold's last renewed guard.
     /// `None` when the guard's hold is already known to be lost (it was forgotten or
-    /// replaced by a newer hold of the owner): its release must then touch nothing.
+    /// replaced by a newer hold of the owner, its watchdog lease ran out, or its fixed lease
+    /// ended with nothing else keeping the key): its release must then touch nothing, and
+    /// is answered at once, even with Redis out of reach.
     pub(crate) fn leave(&self, ticket: &Ticket) -> Option<Leaving> {
         let mut registry = self.registry.lock();
+        let now = Instant::now();
+        let at = self.clock.at(now);
         let entry = registry.entry_of(&ticket.hold)?;
+        if !ticket.hold.standing.holds_at(at) {
+            // Lost for every guard of the hold: nothing of it is renewed or released.
+            registry.remove(&ticket.hold.key);
+            return None;
+        }
         match ticket.fixed {
             Some(end) => entry.remove_fixed(end),
-            None => entry.renewed_hold_left(&ticket.hold.standing, self.clock.now()),
+            None => entry.renewed_hold_left(&ticket.hold.standing, at),
+        }
+        if ticket.fixed_ended(now) && !entry.keeps_key(now) {
+            // The key's last lease ended: it is gone, or about to go on its own.
+            if entry.is_empty() {
+                registry.remove(&ticket.hold.key);
+            }
+            return None;
         }
         let leaving = Leaving {
             generation: ticket.hold.id,
@@ -562,6 +584,22 @@ impl Watchdog {
             ),
             None => (None, None),
         }
+    }
+
+    /// Whether the hold registered under `key` is known to be lost (its watchdog lease ran
+    /// out, or its last fixed lease ended with none renewed); it then leaves the registry.
+    /// A release of it must send nothing: the key is gone, or about to go on its own.
+    pub(crate) fn forget_if_lost(&self, key: &HoldKey) -> bool {
+        let mut registry = self.registry.lock();
+        let now = Instant::now();
+        let Some((Registered(hold), entry)) = registry.holds.get_key_value(key) else {
+            return false;
+        };
+        let lost = !hold.standing.holds_at(self.clock.at(now)) || !entry.keeps_key(now);
+        if lost {
+            registry.remove(key);
+        }
+        lost
     }
 
     /// How long the key of `key` must live for the holds this client knows of.
@@ -673,7 +711,7 @@ impl Watchdog {
             let call = runner.run(self.renewal_call(&batch));
             calls.spawn(async move { (batch, call.await) });
         }
-        let next_lease = self.clock.at(now + self.timeout);
+        let next_lease = self.clock.at(lease_end(now, self.timeout));
         let mut next_due = now + self.timeout;
         while let Some(joined) = calls.join_next().await {
             let Ok((batch, reply)) = joined else { continue };
@@ -1080,9 +1118,26 @@ mod tests {
             0,
             "a lease that ran out is not being renewed"
         );
-        // The lapsed guard leaving does not revive the hold for the fixed one.
-        assert!(watchdog.leave(&renewed).is_some());
+        // The lapsed guard leaving sends nothing, and does not revive the hold for the
+        // fixed one.
+        assert!(watchdog.leave(&renewed).is_none());
         assert!(watchdog.is_lost(&fixed));
+    }
+
+    #[test]
+    fn a_guard_whose_fixed_lease_ended_leaves_without_a_release() {
+        let watchdog = Watchdog::new(Duration::from_secs(30), false);
+        let now = Instant::now();
+        let ended = Some(now - Duration::from_millis(1));
+        // Alone: the key's lease is over, nothing is released.
+        let alone = watchdog.register(plain(1), now, ended, true);
+        assert!(watchdog.leave(&alone).is_none());
+        assert_eq!(watchdog.plan_unlock(&plain(1)), (None, None), "dropped");
+        // Beside a renewed hold of the owner, which keeps the key: its count is released.
+        let renewed = watchdog.register(plain(2), now, None, true);
+        let inner = watchdog.register(plain(2), now, ended, false);
+        assert!(watchdog.leave(&inner).is_some());
+        assert!(!watchdog.is_lost(&renewed));
     }
 
     #[test]
@@ -1095,7 +1150,7 @@ mod tests {
             .standing
             .deadline()
             .map(|at| watchdog.clock.instant(at));
-        assert_eq!(deadline, Some(now + Duration::from_secs(30)));
+        assert_eq!(deadline, Some(lease_end(now, Duration::from_secs(30))));
         assert!(!watchdog.is_lost(&ticket));
         assert_eq!(watchdog.renewed(), 1);
         assert!(watchdog.leave(&ticket).is_some());
