@@ -23,6 +23,8 @@ fn least_privilege(prefix: &str) -> Vec<String> {
         "redisson_lock_timeout:{",
         "redisson_lock_token:{",
         "redisson_unlock_latch:{",
+        "redisson_lock_left:{",
+        "redisson_lock_took:{",
         "redisson_lock__channel:{",
         "redisson_rwlock:{",
     ];
