@@ -14,16 +14,17 @@ use std::time::Duration;
 
 use fred::clients::Client;
 use fred::error::{Error as RedisError, ErrorKind};
-use fred::interfaces::{ClientLike, ClusterInterface};
+use fred::interfaces::{ClientLike, ClusterInterface, EventInterface};
 use fred::types::cluster::ClusterRouting;
 use fred::types::config::{Options, Server};
-use fred::types::{ClusterHash, CustomCommand, Value};
+use fred::types::{ClusterHash, ClusterStateChange, CustomCommand, Value};
 use parking_lot::Mutex;
+use tokio::sync::broadcast::{self, error::TryRecvError};
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 use crate::error::{map_redis_error, Error, Result};
-use crate::script::{slot_of, Call, ScriptRunner};
+use crate::script::{slot_of, BoxFuture, Call, ScriptRunner};
 use crate::time::millis;
 
 /// How long a master's replica count is trusted before INFO is asked again.
@@ -66,8 +67,9 @@ struct Request {
 impl Request {
     async fn send(&self) -> Acknowledged {
         // Declared non-blocking, so fred keeps pipelining other commands meanwhile; the
-        // server answers them after this one. Routed by a key's slot, it reaches the master
-        // (and the connection) that ran the scripts.
+        // server answers them after this one. Sent to the master the scripts it stands for
+        // were sent to (on a cluster, named: fred's slot map may have changed since), on the
+        // client's one connection to it, which carried them.
         let wait = CustomCommand::new_static("WAIT", ClusterHash::Custom(self.slot), false);
         let args = vec![
             Value::from(self.replicas),
@@ -77,6 +79,7 @@ impl Request {
         // replicas that never got the writes it stands for.
         let once = Options {
             max_attempts: Some(1),
+            cluster_node: self.master.clone(),
             ..Default::default()
         };
         self.redis.with_options(&once).custom(wait, args).await
@@ -87,10 +90,23 @@ impl Request {
 pub(crate) enum Confirmation {
     /// The check is off, or the master has no replica.
     Needless,
-    /// What the WAIT sent right behind the script answered.
-    Answered(Acknowledged),
-    /// To be asked after the reply.
-    Later,
+    /// What the WAIT sent right behind the script answered, and where it was sent.
+    Answered(Acknowledged, Option<Server>),
+    /// To be asked after the reply, of the master the script that ran was sent to, when it
+    /// was named (on a cluster; see [`Request::send`]).
+    Later(Option<Server>),
+}
+
+impl Confirmation {
+    /// A second confirmation of the same write: a WAIT to the same master.
+    pub(crate) fn again(&self) -> Confirmation {
+        match self {
+            Confirmation::Needless => Confirmation::Needless,
+            Confirmation::Answered(_, node) | Confirmation::Later(node) => {
+                Confirmation::Later(node.clone())
+            }
+        }
+    }
 }
 
 impl Waits {
@@ -188,6 +204,9 @@ struct Cache {
     /// A copy of the client's slot map, and when it was taken: fred hands out copies of the
     /// whole map, too costly for every lock operation.
     routing: Option<(Option<ClusterRouting>, Instant)>,
+    /// fred's news of each reading of its slot map: the copy is taken again after one, so
+    /// that a script goes to the master fred's map names.
+    changes: Option<broadcast::Receiver<Vec<ClusterStateChange>>>,
 }
 
 impl Cache {
@@ -197,8 +216,16 @@ impl Cache {
         if !redis.is_clustered() {
             return None;
         }
+        let changes = (self.changes).get_or_insert_with(|| redis.cluster_change_rx());
+        let mut changed = false;
+        while !matches!(
+            changes.try_recv(),
+            Err(TryRecvError::Empty | TryRecvError::Closed)
+        ) {
+            changed = true;
+        }
         let fresh = (self.routing.as_ref()).is_some_and(|(_, read_at)| now - *read_at < COUNT_TTL);
-        if !fresh {
+        if changed || !fresh {
             self.routing = Some((redis.cached_cluster_state(), now));
         }
         let (routing, _) = self.routing.as_ref()?;
@@ -234,7 +261,7 @@ impl Replicas {
             return (scripts.run(call).await, Confirmation::Needless);
         };
         let slot = slot_of(redis, key.as_bytes());
-        let request = match self.count(redis, slot).await {
+        let request = match self.count(redis, slot, None).await {
             Ok((_, 0)) => {
                 return (scripts.run(call).await, Confirmation::Needless);
             }
@@ -246,20 +273,27 @@ impl Replicas {
                 timeout,
             },
             // Asked again by `confirm`, where the error is reported.
-            Err(_) => return (scripts.run(call).await, Confirmation::Later),
+            Err(_) => return (scripts.run(call).await, Confirmation::Later(None)),
         };
-        let Some(next) = self.waits.lead(&request) else {
-            return (scripts.run(call).await, Confirmation::Later);
+        // The script goes to the master its WAIT goes to, whether it leads one or not.
+        let master = request.master.clone();
+        let behind: BoxFuture<Option<Acknowledged>> = match self.waits.lead(&request) {
+            Some(next) => Box::pin(async move {
+                let acknowledged = request.send().await;
+                drop(next);
+                Some(acknowledged)
+            }),
+            None => Box::pin(std::future::ready(None)),
         };
-        let behind = Box::pin(async move {
-            let acknowledged = request.send().await;
-            drop(next);
-            acknowledged
-        });
-        match scripts.run_followed(call, behind).await {
-            (reply, Some(acknowledged)) => (reply, Confirmation::Answered(acknowledged)),
-            // The WAIT went behind a refused EVALSHA, not the one that ran.
-            (reply, None) => (reply, Confirmation::Later),
+        let sent = scripts.run_followed(call, master, behind).await;
+        match sent.behind {
+            Some(Some(acknowledged)) => {
+                let confirmation = Confirmation::Answered(acknowledged, sent.node);
+                (sent.reply, confirmation)
+            }
+            // A WAIT is in flight there, or the one sent went behind an EVALSHA that was
+            // redirected or refused, not the one that ran.
+            _ => (sent.reply, Confirmation::Later(sent.node)),
         }
     }
 
@@ -277,12 +311,14 @@ impl Replicas {
     ) -> Result<()> {
         match confirmation {
             Confirmation::Needless => Ok(()),
-            Confirmation::Answered(acknowledged) => {
+            Confirmation::Answered(acknowledged, _) => {
                 let acknowledged = acknowledged.map_err(|e| map_redis_error(e, name))?;
                 self.check(acknowledged, name)
             }
             // Boxed, as rare: see `count`.
-            Confirmation::Later => Box::pin(self.acknowledged(scripts.client(), key, name)).await,
+            Confirmation::Later(node) => {
+                Box::pin(self.acknowledged(scripts.client(), key, node, name)).await
+            }
         }
     }
 
@@ -296,19 +332,26 @@ impl Replicas {
         }
     }
 
-    /// Waits until a replica of the master serving `key` has every write this client sent
-    /// it so far; at once when the check is off or the master has no replica.
+    /// Waits until a replica of `node` (by default the master serving `key`) has every
+    /// write this client sent it so far; at once when the check is off or the master has no
+    /// replica.
     ///
     /// # Errors
     /// [`Error::NotReplicated`] naming `name` when no replica confirmed within the timeout;
     /// [`Error::Redis`] when the master cannot be asked.
-    async fn acknowledged(&self, redis: &Client, key: &str, name: &str) -> Result<()> {
+    async fn acknowledged(
+        &self,
+        redis: &Client,
+        key: &str,
+        node: Option<Server>,
+        name: &str,
+    ) -> Result<()> {
         let Some(timeout) = self.timeout else {
             return Ok(());
         };
         let slot = slot_of(redis, key.as_bytes());
         let (master, replicas) = self
-            .count(redis, slot)
+            .count(redis, slot, node)
             .await
             .map_err(|e| map_redis_error(e, name))?;
         if replicas == 0 {
@@ -329,13 +372,18 @@ impl Replicas {
         self.check(acknowledged, name)
     }
 
-    /// The master serving `slot` and its connected replicas, read by INFO at most once per
-    /// [`COUNT_TTL`].
-    async fn count(&self, redis: &Client, slot: u16) -> Result<(Option<Server>, i64), RedisError> {
+    /// `node` (by default the master serving `slot`) and its connected replicas, read by
+    /// INFO at most once per [`COUNT_TTL`].
+    async fn count(
+        &self,
+        redis: &Client,
+        slot: u16,
+        node: Option<Server>,
+    ) -> Result<(Option<Server>, i64), RedisError> {
         let master = {
             let now = Instant::now();
             let mut cache = self.cache.lock();
-            let master = cache.master(redis, slot, now);
+            let master = node.or_else(|| cache.master(redis, slot, now));
             if let Some((count, read_at)) = cache.counts.get(&master) {
                 if now - *read_at < COUNT_TTL {
                     return Ok((master, *count));
@@ -346,6 +394,11 @@ impl Replicas {
         // Boxed: fred's command futures are large, and every lock operation's future would
         // carry (and move) this rare one's state.
         let info = CustomCommand::new_static("INFO", ClusterHash::Custom(slot), false);
+        let to_master = Options {
+            cluster_node: master.clone(),
+            ..Default::default()
+        };
+        let redis = redis.with_options(&to_master);
         let reading = redis.custom::<String, _>(info, vec![Value::from("replication")]);
         let text = Box::pin(reading).await?;
         let count = text
