@@ -34,6 +34,7 @@ pub(crate) struct Replicas {
     /// `None`: the check is off.
     timeout: Option<Duration>,
     cache: Mutex<Cache>,
+    connections: Mutex<Connections>,
     waits: Arc<Waits>,
 }
 
@@ -90,11 +91,20 @@ impl Request {
 pub(crate) enum Confirmation {
     /// The check is off, or the master has no replica.
     Needless,
-    /// What the WAIT sent right behind the script answered, and where it was sent.
-    Answered(Acknowledged, Option<Server>),
-    /// To be asked after the reply, of the master the script that ran was sent to, when it
-    /// was named (on a cluster; see [`Request::send`]).
-    Later(Option<Server>),
+    /// What the WAIT sent right behind the script answered.
+    Answered(Acknowledged, Written),
+    /// To be asked after the reply.
+    Later(Written),
+}
+
+/// Where a script that must be confirmed went, and how many connections the client had
+/// made before it was sent.
+#[derive(Clone)]
+pub(crate) struct Written {
+    /// The master it was sent to last, when it was named (on a cluster; see
+    /// [`Request::send`]).
+    node: Option<Server>,
+    connections: u64,
 }
 
 impl Confirmation {
@@ -102,11 +112,18 @@ impl Confirmation {
     pub(crate) fn again(&self) -> Confirmation {
         match self {
             Confirmation::Needless => Confirmation::Needless,
-            Confirmation::Answered(_, node) | Confirmation::Later(node) => {
-                Confirmation::Later(node.clone())
+            Confirmation::Answered(_, written) | Confirmation::Later(written) => {
+                Confirmation::Later(written.clone())
             }
         }
     }
+}
+
+/// fred's news of every connection the scripts' client made, counted.
+#[derive(Default)]
+struct Connections {
+    news: Option<broadcast::Receiver<Server>>,
+    made: u64,
 }
 
 impl Waits {
@@ -238,6 +255,7 @@ impl Replicas {
         Replicas {
             timeout,
             cache: Mutex::default(),
+            connections: Mutex::default(),
             waits: Arc::default(),
         }
     }
@@ -247,8 +265,8 @@ impl Replicas {
     /// the script. Returns the script's reply and what confirms its write (see
     /// [`confirm`](Self::confirm)); the caller tells from the reply whether it wrote.
     ///
-    /// Every WAIT goes through `scripts`' own client, routed by the key's slot: the one
-    /// connection that carried the script's write to that master. A WAIT on any other
+    /// Every WAIT goes through `scripts`' own client, to the master the script was sent to:
+    /// on the one connection that carried the script's write there. A WAIT on any other
     /// connection would be answered without regard to that write.
     pub(crate) async fn run(
         &self,
@@ -260,6 +278,8 @@ impl Replicas {
         let Some(timeout) = self.timeout else {
             return (scripts.run(call).await, Confirmation::Needless);
         };
+        let connections = self.connections_made(redis);
+        let written = |node| Written { node, connections };
         let slot = slot_of(redis, key.as_bytes());
         let request = match self.count(redis, slot, None).await {
             Ok((_, 0)) => {
@@ -273,7 +293,7 @@ impl Replicas {
                 timeout,
             },
             // Asked again by `confirm`, where the error is reported.
-            Err(_) => return (scripts.run(call).await, Confirmation::Later(None)),
+            Err(_) => return (scripts.run(call).await, Confirmation::Later(written(None))),
         };
         // The script goes to the master its WAIT goes to, whether it leads one or not.
         let master = request.master.clone();
@@ -288,12 +308,12 @@ impl Replicas {
         let sent = scripts.run_followed(call, master, behind).await;
         match sent.behind {
             Some(Some(acknowledged)) => {
-                let confirmation = Confirmation::Answered(acknowledged, sent.node);
+                let confirmation = Confirmation::Answered(acknowledged, written(sent.node));
                 (sent.reply, confirmation)
             }
             // A WAIT is in flight there, or the one sent went behind an EVALSHA that was
             // redirected or refused, not the one that ran.
-            _ => (sent.reply, Confirmation::Later(sent.node)),
+            _ => (sent.reply, Confirmation::Later(written(sent.node))),
         }
     }
 
@@ -309,15 +329,41 @@ impl Replicas {
         key: &str,
         name: &str,
     ) -> Result<()> {
-        match confirmation {
-            Confirmation::Needless => Ok(()),
-            Confirmation::Answered(acknowledged, _) => {
+        let redis = scripts.client();
+        let written = match confirmation {
+            Confirmation::Needless => return Ok(()),
+            Confirmation::Answered(acknowledged, written) => {
                 let acknowledged = acknowledged.map_err(|e| map_redis_error(e, name))?;
-                self.check(acknowledged, name)
+                self.check(acknowledged, name)?;
+                written
             }
-            // Boxed, as rare: see `count`.
-            Confirmation::Later(node) => {
-                Box::pin(self.acknowledged(scripts.client(), key, node, name)).await
+            Confirmation::Later(written) => {
+                // Boxed, as rare: see `count`.
+                let node = written.node.clone();
+                Box::pin(self.acknowledged(redis, key, node, name)).await?;
+                written
+            }
+        };
+        // A connection made since the script was sent may have carried the WAIT, which
+        // then stood for none of its write (fred announces a connection before it writes
+        // on it, so the news is here by the time the WAIT's answer is).
+        if self.connections_made(redis) == written.connections {
+            Ok(())
+        } else {
+            self.check(0, name)
+        }
+    }
+
+    /// How many connections the scripts' client `redis` made since the first call.
+    fn connections_made(&self, redis: &Client) -> u64 {
+        let mut connections = self.connections.lock();
+        let Connections { news, made } = &mut *connections;
+        let news = news.get_or_insert_with(|| redis.reconnect_rx());
+        loop {
+            match news.try_recv() {
+                Ok(_) => *made += 1,
+                Err(TryRecvError::Lagged(missed)) => *made += missed,
+                Err(TryRecvError::Empty | TryRecvError::Closed) => return *made,
             }
         }
     }
