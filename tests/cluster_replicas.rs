@@ -317,3 +317,63 @@ async fn a_failover_after_an_unconfirmed_acquisition_makes_no_second_owner() {
     assert!(!told_ok, "told Ok though no replica had the write");
     refused(&outcome, name, "the acquisition");
 }
+
+/// A lock whose slot migrates is taken on the importing master (after an `ASK`), whose
+/// replica is stopped: the WAIT follows the script there, not to the slot's master by the
+/// slot map, and the acquisition is refused and undone (once the migration ended: a release
+/// waits for that).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_wait_follows_a_script_sent_to_the_importing_master() {
+    let cluster = Cluster::start();
+    let client = deployment_client(&cluster.url(), |b| {
+        b.wait_for_replicas(Some(Duration::from_millis(500)))
+    })
+    .await;
+    let name = "{asked}-lock";
+    let slot = cluster.slot(name);
+    let importing = cluster.other_master(slot);
+    let me = client.new_owner();
+    // Load the scripts on the importing master, and learn that it has a replica.
+    let there = (0..)
+        .map(|i| format!("{{asked-{i}}}-warm"))
+        .find(|warm| cluster.master_of_slot(cluster.slot(warm)).id == importing.id)
+        .unwrap();
+    let warm = client.lock(&there).unwrap();
+    warm.lock(&me).await.unwrap().unlock().await.unwrap();
+    let importer = cluster.server(importing.port);
+    eventually(WAKE, "the replica to acknowledge every write", || {
+        acknowledged_all(importer)
+    })
+    .await;
+
+    let from = cluster.begin_migration(slot, &importing);
+    let stopped = Stopped::stop(replica_of(&cluster, &there));
+    let lock = client.lock(name).unwrap();
+    let acquisition = tokio::spawn(async move { lock.try_lock(&me).await.map(|g| g.is_some()) });
+    let slot_text = slot.to_string();
+    eventually(WAKE, "the hold on the importing master", || {
+        importer.command(&["CLUSTER", "COUNTKEYSINSLOT", &slot_text]) == "1"
+    })
+    .await;
+    // Its undo, a release, names keys the migration keeps apart: it waits for the end
+    // (told to both masters; the stopped replica answers nothing).
+    for master in [importing.port, from.port] {
+        let reply = (cluster.server(master)).command(&[
+            "CLUSTER",
+            "SETSLOT",
+            &slot_text,
+            "NODE",
+            &importing.id,
+        ]);
+        assert_eq!(reply, "OK");
+    }
+    let outcome = within(Duration::from_secs(30), "the acquisition", acquisition).await;
+    refused(
+        &outcome.unwrap(),
+        name,
+        "an acquisition on the importing master",
+    );
+    drop(stopped);
+    // Undone on the importing master, which serves the slot now.
+    assert_eq!(importer.command(&["EXISTS", name]), "0", "undone");
+}

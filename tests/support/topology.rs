@@ -273,8 +273,13 @@ impl Cluster {
             self.server(replica.port).command(&["CLUSTER", "FAILOVER"]),
             "OK"
         );
+        // Mid-failover a node's view may have no master for the slot for a moment.
         settle("the replica to take over", || {
-            self.master_of_slot(slot).id == replica.id
+            self.nodes().iter().any(|n| {
+                n.id == replica.id
+                    && n.master
+                    && n.slots.iter().any(|(a, b)| (*a..=*b).contains(&slot))
+            })
         });
         self.wait_healthy();
         self.master_of_slot(slot)
