@@ -1,6 +1,7 @@
 // The README's links name files of the source tree; in rustdoc (and on docs.rs) these
 // definitions, which come first and so win, send them to the packaged files instead.
 #![doc = "[benchmarks]: https://docs.rs/crate/redisson-lock/latest/source/docs/benchmarks.md"]
+#![doc = "[changelog]: https://docs.rs/crate/redisson-lock/latest/source/docs/changelog.md"]
 #![doc = "[choosing]: https://docs.rs/crate/redisson-lock/latest/source/docs/choosing.md"]
 #![doc = "[compatibility]: https://docs.rs/crate/redisson-lock/latest/source/docs/compatibility.md"]
 #![doc = "[design]: https://docs.rs/crate/redisson-lock/latest/source/docs/design.md"]
