@@ -22,6 +22,7 @@ mod backoff;
 #[cfg(feature = "blocking")]
 #[cfg_attr(docsrs, doc(cfg(feature = "blocking")))]
 pub mod blocking;
+mod builder;
 mod client;
 mod connection_name;
 mod connection_tasks;
@@ -55,7 +56,8 @@ mod waiters;
 mod watchdog;
 
 pub use backoff::Backoff;
-pub use client::{LockClient, LockClientBuilder};
+pub use builder::LockClientBuilder;
+pub use client::LockClient;
 pub use error::{Error, Result};
 pub use fair_lock::FairLock;
 pub use fenced_lock::{FencedGuard, FencedLock};
