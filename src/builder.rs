@@ -21,6 +21,13 @@ use crate::pubsub::{sharded_supported, Choice, PubSubMode};
 use crate::redirect;
 use crate::url::{parse_url, servers_text, uses_tls};
 
+impl LockClient {
+    /// A builder for every other set-up.
+    pub fn builder() -> LockClientBuilder {
+        LockClientBuilder::default()
+    }
+}
+
 enum Source {
     None,
     Url(String),

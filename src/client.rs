@@ -7,7 +7,6 @@ use std::sync::Arc;
 use fred::clients::Client;
 use uuid::Uuid;
 
-use crate::builder::LockClientBuilder;
 use crate::engine::Engine;
 #[cfg(doc)]
 use crate::error::Error;
@@ -63,11 +62,6 @@ impl LockClient {
     /// the forms that work); [`Error::Unreachable`] when the server cannot be reached.
     pub async fn connect(url: &str) -> Result<LockClient> {
         LockClient::builder().url(url).build().await
-    }
-
-    /// A builder for every other set-up.
-    pub fn builder() -> LockClientBuilder {
-        LockClientBuilder::default()
     }
 
     /// This client's id: the `<client uuid>` part of its owners' fields.
