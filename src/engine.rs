@@ -184,7 +184,7 @@ impl Engine {
         // The subscriber connection is checked as often as holds are renewed.
         let heartbeat = settings.watchdog_timeout / 3;
         let pubsub = PubSub::start(subscriber, redis.clone(), pubsub, heartbeat, shutdown_rx);
-        let replicas = Replicas::new(settings.replica_wait);
+        let replicas = Replicas::new(settings.replica_wait, settings.watchdog_timeout);
         let server = format!("{:?}", redis.client_config().server);
         Arc::new(Engine {
             redis,

@@ -33,6 +33,9 @@ const COUNT_TTL: Duration = Duration::from_secs(1);
 pub(crate) struct Replicas {
     /// `None`: the check is off.
     timeout: Option<Duration>,
+    /// How long a master that had replicas and now counts none still has its writes
+    /// confirmed (see [`Cache::seen_with_replicas`]).
+    lost_replicas_grace: Duration,
     cache: Mutex<Cache>,
     connections: Mutex<Connections>,
     waits: Arc<Waits>,
@@ -218,6 +221,13 @@ struct Cache {
     /// Each master's connected replicas, and when that was read. Keyed by the master
     /// serving the slot (`None` outside a cluster).
     counts: HashMap<Option<Server>, (i64, Instant)>,
+    /// When each master last counted a replica. A master that had replicas and counts none
+    /// may be one whose replica was just promoted: the Sentinels (or a `CLUSTER FAILOVER`)
+    /// leave it writable until they demote it, seconds later, and a hold written there
+    /// meanwhile is lost at the demotion while a second owner takes the lock on the new
+    /// master. So its writes are still to be confirmed, for a grace as long as a watchdog
+    /// lease: they fail with `NotReplicated` until the client follows the failover.
+    seen_with_replicas: HashMap<Option<Server>, Instant>,
     /// A copy of the client's slot map, and when it was taken: fred hands out copies of the
     /// whole map, too costly for every lock operation.
     routing: Option<(Option<ClusterRouting>, Instant)>,
@@ -251,9 +261,13 @@ impl Cache {
 }
 
 impl Replicas {
-    pub(crate) fn new(timeout: Option<Duration>) -> Replicas {
+    /// `timeout`: how long a write waits for a replica (`None`: it does not);
+    /// `lost_replicas_grace`: how long a master that lost its replicas still has its writes
+    /// confirmed.
+    pub(crate) fn new(timeout: Option<Duration>, lost_replicas_grace: Duration) -> Replicas {
         Replicas {
             timeout,
+            lost_replicas_grace,
             cache: Mutex::default(),
             connections: Mutex::default(),
             waits: Arc::default(),
@@ -461,10 +475,18 @@ impl Replicas {
             }
             Err(error) => return Err(explained(error)),
         };
-        self.cache
-            .lock()
-            .counts
-            .insert(master.clone(), (count, Instant::now()));
+        let now = Instant::now();
+        let mut cache = self.cache.lock();
+        let count = if count > 0 {
+            cache.seen_with_replicas.insert(master.clone(), now);
+            count
+        } else {
+            // Replicas lost a moment ago: one must still confirm (see `seen_with_replicas`).
+            let lost_lately = (cache.seen_with_replicas.get(&master))
+                .is_some_and(|seen| now - *seen < self.lost_replicas_grace);
+            i64::from(lost_lately)
+        };
+        cache.counts.insert(master.clone(), (count, now));
         Ok((master, count))
     }
 }

@@ -230,8 +230,11 @@ async fn a_replica_cut_off_from_its_master_confirms_nothing() {
     ]);
     let link = FaultProxy::start(master.port()).await;
     let replica = tokio::task::block_in_place(|| start_replica_via(&master, link.port()));
+    // A short watchdog lease: a master that lost its replicas has its writes confirmed
+    // for that long (see the promotion test below).
     let client = client_of(&master, |b| {
         b.wait_for_replicas(Some(Duration::from_millis(300)))
+            .watchdog_timeout(Duration::from_secs(2))
     })
     .await;
     let lock = client.lock("cut-off").unwrap();
@@ -260,9 +263,9 @@ async fn a_replica_cut_off_from_its_master_confirms_nothing() {
     guard.unlock().await.unwrap();
 
     // Gone for good: the master counts no replica, and once the client read that (its count
-    // is at most a second old), nothing is waited for.
+    // is at most a second old) and a watchdog lease has passed, nothing is waited for.
     replica.command(&["REPLICAOF", "NO", "ONE"]);
-    within(WAKE, "a lock + unlock without WAIT", async {
+    within(WAKE * 2, "a lock + unlock without WAIT", async {
         loop {
             let waits = command_calls(&master, "wait");
             // Until the client reads the new count, its old one may still fail an operation.
@@ -342,4 +345,48 @@ async fn a_wait_cut_off_by_a_reconnect_confirms_nothing() {
         !matches!(outcome, Ok(Some(_))),
         "held, though no replica has the write: {outcome:?}"
     );
+}
+
+/// A replica promoted (as the Sentinels promote one) leaves its old master writable with no
+/// replica, until it is demoted. A hold written there meanwhile would be lost at the
+/// demotion while a second owner takes the lock on the new master: so the old master's
+/// writes are still refused as unconfirmed, and the two never both hold the lock.
+#[tokio::test]
+async fn a_master_whose_replica_was_just_promoted_confirms_nothing() {
+    let (master, replica) = replicated();
+    let old_side = client_of(&master, |b| {
+        b.wait_for_replicas(Some(Duration::from_millis(300)))
+    })
+    .await;
+    let lock = old_side.lock("promoted").unwrap();
+    // The client has seen the master with its replica.
+    lock.lock(&old_side.new_owner())
+        .await
+        .unwrap()
+        .unlock()
+        .await
+        .unwrap();
+    replica.command(&["REPLICAOF", "NO", "ONE"]);
+    eventually(WAKE, "the old master to count no replica", || {
+        master
+            .command(&["INFO", "replication"])
+            .contains("connected_slaves:0")
+    })
+    .await;
+    // Past the client's cached count: it reads the master's count again.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let new_side = client_of(&replica, |b| b).await;
+    let second = new_side
+        .lock("promoted")
+        .unwrap()
+        .try_lock(&new_side.new_owner())
+        .await
+        .unwrap()
+        .expect("the lock is free on the new master");
+    match lock.try_lock(&old_side.new_owner()).await {
+        Err(Error::NotReplicated { name, .. }) => assert_eq!(name, "promoted"),
+        other => panic!("two owners: the new master's and, on the old one, {other:?}"),
+    }
+    assert_eq!(master.command(&["EXISTS", "promoted"]), "0", "undone");
+    second.unlock().await.unwrap();
 }
