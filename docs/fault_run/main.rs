@@ -28,7 +28,7 @@ use redisson_lock::LockClient;
 use support::workload::{lost_updates, settle, Tally, Totals, Workload};
 use support::{FaultProxy, Net};
 use tokio::io::{AsyncBufReadExt, BufReader};
-use topology::{Deployment, Topology};
+use topology::{Deployment, Probe, Topology};
 
 /// The lease of watchdog holds: pauses and cuts in the schedule last longer.
 const WATCHDOG: Duration = Duration::from_millis(1500);
@@ -255,6 +255,7 @@ impl Worker {
 
 struct Run {
     deployment: Arc<Mutex<Deployment>>,
+    probe: Arc<Mutex<Probe>>,
     url: String,
     workers: Vec<Worker>,
     tasks: usize,
@@ -326,9 +327,14 @@ impl Run {
             Target::Deployment(kind) => {
                 // Blocking commands, on a thread of their own: the proxies live on this
                 // runtime.
-                let (deployment, mut rng) = (self.deployment.clone(), Rng(rng.next() | 1));
+                let (deployment, probe) = (self.deployment.clone(), self.probe.clone());
+                let mut rng = Rng(rng.next() | 1);
                 return tokio::task::spawn_blocking(move || {
-                    deployment.lock().unwrap().inject(kind, &mut rng)
+                    let mut probe = probe.lock().unwrap();
+                    deployment
+                        .lock()
+                        .unwrap()
+                        .inject(kind, &mut rng, &mut probe)
                 })
                 .await
                 .unwrap();
@@ -372,9 +378,19 @@ async fn run(options: &Options) -> usize {
         deployment.describe()
     );
     let proxied = deployment.proxied_port();
+    let probe = Probe {
+        client: lock_client(&url).await.expect("connect the probe"),
+        runtime: tokio::runtime::Handle::current(),
+        tried: 0,
+        refused: 0,
+        other: 0,
+        violations: Vec::new(),
+        names: 0,
+    };
     let started = Instant::now();
     let mut run = Run {
         deployment: Arc::new(Mutex::new(deployment)),
+        probe: Arc::new(Mutex::new(probe)),
         url: url.clone(),
         workers: Vec::new(),
         tasks: options.tasks,
@@ -447,17 +463,24 @@ async fn run(options: &Options) -> usize {
     violations.extend(settle(&observer, &deployment, &workload, Duration::from_secs(30)).await);
     violations.extend(lost_updates(&deployment, &workload));
     observer.shutdown().await;
+    let probe = Arc::try_unwrap(run.probe)
+        .ok()
+        .expect("the schedule is over");
+    let mut probe = probe.into_inner().unwrap();
+    probe.client.shutdown().await;
+    violations.append(&mut probe.violations);
 
     let mut totals = std::mem::take(&mut *run.totals.lock().unwrap());
     violations.extend(totals.token_violations());
     violations.extend(std::mem::take(&mut totals.violations));
-    print_report(&mut totals, &injected, &violations, elapsed);
+    print_report(&mut totals, &injected, &probe, &violations, elapsed);
     violations.len()
 }
 
 fn print_report(
     totals: &mut Totals,
     injected: &BTreeMap<&str, u64>,
+    probe: &Probe,
     violations: &[String],
     elapsed: Duration,
 ) {
@@ -494,6 +517,16 @@ fn print_report(
     );
     for (error, n) in &totals.errors {
         println!("  {error:<40} {n}");
+    }
+    if probe.tried > 0 {
+        println!(
+            "acquisitions tried while a replica was stopped  {}: refused (NotReplicated) {}, \
+             timed out or reset {}, confirmed {}",
+            probe.tried,
+            probe.refused,
+            probe.other,
+            probe.tried - probe.refused - probe.other
+        );
     }
     println!("invariant violations  {}", violations.len());
     // The first ones, and how many of each kind follow (one fault may break thousands).

@@ -12,6 +12,9 @@ use std::process::Command;
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
+use redisson_lock::{Error, LockClient};
+use tokio::runtime::Handle;
+
 use crate::support::topology::{Cluster, ClusterNode, SentinelSetup, SERVICE};
 use crate::support::workload::Store;
 use crate::support::RedisServer;
@@ -133,14 +136,55 @@ impl Deployment {
     /// Plays fault `kind` of this topology's [`faults`](Topology::faults) and returns once it
     /// is healed and the deployment has recovered; `Err` says what did not recover. Blocks
     /// the thread.
-    pub fn inject(&mut self, kind: usize, rng: &mut Rng) -> Result<(), String> {
+    pub fn inject(&mut self, kind: usize, rng: &mut Rng, probe: &mut Probe) -> Result<(), String> {
         match self {
             Deployment::Single(server) => {
                 single_fault(server, kind, rng);
                 Ok(())
             }
-            Deployment::Cluster(cluster) => cluster_fault(cluster, kind, rng),
-            Deployment::Sentinel(setup) => sentinel_fault(setup, kind, rng),
+            Deployment::Cluster(cluster) => cluster_fault(cluster, kind, rng, probe),
+            Deployment::Sentinel(setup) => sentinel_fault(setup, kind, rng, probe),
+        }
+    }
+}
+
+/// The parent's own client, which checks the replica check during each replica pause.
+pub struct Probe {
+    pub client: LockClient,
+    pub runtime: Handle,
+    /// Acquisitions tried while a replica was stopped, and those refused as they must be.
+    pub tried: u64,
+    pub refused: u64,
+    /// Attempts that neither took the lock nor were refused for want of a replica.
+    pub other: u64,
+    pub violations: Vec<String>,
+    /// Numbers the probe locks.
+    pub names: u64,
+}
+
+impl Probe {
+    /// One attempt on a free lock `name` of a master whose only replica is stopped: the
+    /// replica cannot have the write, so the acquisition must fail with `NotReplicated`.
+    fn expect_refused(&mut self, name: &str) {
+        self.tried += 1;
+        let client = self.client.clone();
+        let lock = client.lock(name).expect("a valid name");
+        let attempt = self.runtime.block_on(async move {
+            let guard = lock.try_lock(&client.new_owner()).await?;
+            let acquired = guard.is_some();
+            if let Some(guard) = guard {
+                let _ = guard.unlock().await;
+            }
+            Ok::<bool, Error>(acquired)
+        });
+        match attempt {
+            Err(Error::NotReplicated { .. }) => self.refused += 1,
+            Ok(true) => self.violations.push(format!(
+                "{name} was acquired while the only replica of its master was stopped: \
+                 the replica check confirmed a write no replica had"
+            )),
+            // A timeout or a reset, which says nothing either way.
+            Ok(false) | Err(_) => self.other += 1,
         }
     }
 }
@@ -166,7 +210,12 @@ fn single_fault(server: &mut RedisServer, kind: usize, rng: &mut Rng) {
     }
 }
 
-fn cluster_fault(cluster: &Cluster, kind: usize, rng: &mut Rng) -> Result<(), String> {
+fn cluster_fault(
+    cluster: &Cluster,
+    kind: usize,
+    rng: &mut Rng,
+    probe: &mut Probe,
+) -> Result<(), String> {
     let nodes = cluster.nodes();
     let pick =
         |rng: &mut Rng, of: Vec<ClusterNode>| of[rng.below(of.len() as u64) as usize].clone();
@@ -184,10 +233,24 @@ fn cluster_fault(cluster: &Cluster, kind: usize, rng: &mut Rng) -> Result<(), St
             })
         }
         1 => {
-            let replica = pick(rng, nodes.into_iter().filter(|n| !n.master).collect());
+            let replica = pick(rng, nodes.iter().filter(|n| !n.master).cloned().collect());
+            let master = (nodes.iter())
+                .find(|n| Some(&n.id) == replica.master_id.as_ref())
+                .expect("the replica's master");
+            // A lock in a slot of that master.
+            let name = loop {
+                probe.names += 1;
+                let name = format!("probe:{}", probe.names);
+                let slot = cluster.slot(&name);
+                if master.slots.iter().any(|(a, b)| (*a..=*b).contains(&slot)) {
+                    break name;
+                }
+            };
             // Longer than the replica check's WAIT: acquisitions on its master are refused.
             let pause = rng.between(Duration::from_millis(500), LONGEST_FAULT);
-            pause_server(cluster.server(replica.port), pause);
+            pause_server(cluster.server(replica.port), pause, || {
+                probe.expect_refused(&name)
+            });
             recovered("the cluster after a replica's pause", || {
                 cluster.wait_healthy()
             })
@@ -201,7 +264,12 @@ fn cluster_fault(cluster: &Cluster, kind: usize, rng: &mut Rng) -> Result<(), St
     }
 }
 
-fn sentinel_fault(setup: &mut SentinelSetup, kind: usize, rng: &mut Rng) -> Result<(), String> {
+fn sentinel_fault(
+    setup: &mut SentinelSetup,
+    kind: usize,
+    rng: &mut Rng,
+    probe: &mut Probe,
+) -> Result<(), String> {
     match kind {
         0 => sentinel_failover(setup, rng),
         1 => {
@@ -212,7 +280,9 @@ fn sentinel_fault(setup: &mut SentinelSetup, kind: usize, rng: &mut Rng) -> Resu
                 &setup.master
             };
             let pause = rng.between(Duration::from_millis(500), LONGEST_FAULT);
-            pause_server(replica, pause);
+            probe.names += 1;
+            let name = format!("probe:{}", probe.names);
+            pause_server(replica, pause, || probe.expect_refused(&name));
             wait_until("the paused replica to be back in sync", || in_sync(replica))
         }
         2 => {
@@ -287,8 +357,9 @@ fn in_sync(replica: &RedisServer) -> bool {
         .contains("master_link_status:up")
 }
 
-/// Stops the process of `server` (`SIGSTOP`) for `pause`, then lets it go on.
-fn pause_server(server: &RedisServer, pause: Duration) {
+/// Stops the process of `server` (`SIGSTOP`) for `pause`, runs `during` meanwhile, then
+/// lets it go on.
+fn pause_server(server: &RedisServer, pause: Duration, during: impl FnOnce()) {
     let info = server.command(&["INFO", "server"]);
     let pid = (info.lines())
         .find_map(|line| line.strip_prefix("process_id:"))
@@ -300,7 +371,9 @@ fn pause_server(server: &RedisServer, pause: Duration) {
         assert!(status.is_ok_and(|s| s.success()), "kill {signal} {pid}");
     };
     signal("-STOP");
-    sleep(pause);
+    let stopped = Instant::now();
+    during();
+    sleep(pause.saturating_sub(stopped.elapsed()));
     signal("-CONT");
 }
 
