@@ -181,6 +181,7 @@ fn report(tally: &Tally) {
 }
 
 /// A small seeded generator: the schedule of a run is reproduced by its seed.
+#[derive(Clone, Copy)]
 struct Rng(u64);
 
 impl Rng {
@@ -328,16 +329,18 @@ impl Run {
                 // Blocking commands, on a thread of their own: the proxies live on this
                 // runtime.
                 let (deployment, probe) = (self.deployment.clone(), self.probe.clone());
-                let mut rng = Rng(rng.next() | 1);
-                return tokio::task::spawn_blocking(move || {
+                // The generator goes along and comes back: a seed plays the same schedule
+                // whichever thread draws.
+                let mut drawing = *rng;
+                let (recovered, drawn) = tokio::task::spawn_blocking(move || {
                     let mut probe = probe.lock().unwrap();
-                    deployment
-                        .lock()
-                        .unwrap()
-                        .inject(kind, &mut rng, &mut probe)
+                    let mut deployment = deployment.lock().unwrap();
+                    (deployment.inject(kind, &mut drawing, &mut probe), drawing)
                 })
                 .await
                 .unwrap();
+                *rng = drawn;
+                return recovered;
             }
             Target::Network(0) => {
                 let base = rng.between(Duration::from_millis(1), Duration::from_millis(20));
