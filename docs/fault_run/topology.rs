@@ -288,8 +288,8 @@ fn sentinel_fault(
         2 => {
             let which = rng.below(setup.sentinels.len() as u64) as usize;
             // It comes back with the configuration it rewrote (its id, the current master).
-            setup.sentinels[which].restart();
-            Ok(())
+            let sentinel = &mut setup.sentinels[which];
+            recovered("a Sentinel's restart", || sentinel.restart())
         }
         _ => {
             // Every client of each Sentinel: the lock clients' watchers among them.
