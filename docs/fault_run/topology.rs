@@ -2,10 +2,10 @@
 //! top of the workers' own: one server (behind a fault proxy per worker), a 3+3 cluster with
 //! replicas in sync, or a master with a replica watched by three Sentinels.
 //!
-//! Failovers are graceful (`CLUSTER FAILOVER` on a replica; `SENTINEL FAILOVER`), and every
-//! write of a lock is confirmed by a replica (`WAIT`) before the call returns. A master that
-//! is killed instead may lose writes it acknowledged, by Redis's design: that is not a lock
-//! defect, and the run does not play it.
+//! Failovers are graceful (`CLUSTER FAILOVER` on a replica; `SENTINEL FAILOVER`), and the
+//! clients' replica check is on: an acquisition or release returns once a replica confirmed
+//! it (`WAIT`). A master that is killed instead may lose writes it acknowledged, by Redis's
+//! design: that is not a lock defect, and the run does not play it.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::process::Command;
