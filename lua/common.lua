@@ -3,13 +3,18 @@
 
 -- A Lua script's writes stay when a later command fails, so every duration is checked
 -- before anything is written: a whole number of milliseconds from 1 to 2^53 - 1 (the
--- largest a Lua number holds exactly, and far below what PEXPIRE refuses).
-local function valid_ms(text)
-    local ms = tonumber(text)
-    if not ms or ms < 1 or ms > 9007199254740991 or ms % 1 ~= 0 then
-        error({err = 'ERR invalid duration in ms: ' .. tostring(text)})
+-- largest a Lua number holds exactly, and far below what PEXPIRE refuses). Returns the error
+-- reply for the first of `...` that is not one, else nil; the script returns it from its top
+-- level (an error raised as a table reaches the client garbled on Redis 6.2).
+local function invalid_ms(...)
+    for i = 1, select('#', ...) do
+        local text = select(i, ...)
+        local ms = tonumber(text)
+        if not ms or ms < 1 or ms > 9007199254740991 or ms % 1 ~= 0 then
+            return redis.error_reply('ERR invalid duration in ms: ' .. tostring(text))
+        end
     end
-    return text
+    return nil
 end
 
 -- Makes `key` live at least `ttl` ms (text) from now, never less than it already does. The
@@ -24,8 +29,19 @@ end
 -- by one and the key lives at least `lease` ms from now, never less than before, since the
 -- owner's other holds (or other readers) may need longer. `new_key`: the key did not exist,
 -- so its TTL is set without reading it. Returns the new count.
-local function add_hold(key, owner, lease, new_key)
-    local count = redis.call('hincrby', key, owner, '1')
+-- The caller has asked for PEXPIRE (see permit.lua); `needs`, when given: this is the
+-- script's first write. A new key's TTL is also tried before the key is made, where the
+-- server could not be asked: a refusal must never leave a hold without a TTL.
+local function add_hold(key, owner, lease, new_key, needs)
+    local count
+    if new_key then
+        ttl_permitted(key, lease, needs or 'acquiring the lock')
+    end
+    if needs then
+        count = first_write(needs, 'hincrby', key, owner, '1')
+    else
+        count = redis.call('hincrby', key, owner, '1')
+    end
     if new_key then
         redis.call('pexpire', key, lease)
     else

@@ -14,6 +14,19 @@
 -- ARGV[5]  "1" to join the queue when the lock cannot be had (timed form), "0" not to
 -- ARGV[6]  optional: the error message "NON_REENTRANT_REACQUIRE" (NonReentrantFairLock);
 --          when given, a re-entry is refused with this error reply and nothing is written
+-- KEYS[4]  optional, with KEYS[5] and a last ARGV (this client's own, not Java's): the fence
+--          redisson_lock_left:{<raw>}:<owner field>:<wait id> of a queued waiter, which its
+--          exit sets (lua/fair_acquire_failed.lua)
+-- KEYS[5]  the owner's trace redisson_lock_took:{<raw>}:<owner field>: the wait id of the
+--          owner's last new hold, kept as long as that hold's lease
+-- ARGV[#]  the waiter's wait id
+--
+-- A queued waiter may give up while an attempt of its is on the wire with its answer
+-- unknown (a command timeout, a connection lost), and that attempt may still run. So an
+-- attempt whose waiter has left (its fence is set) does nothing and replies {0, 0}; a new
+-- hold records the wait that took it, so that the waiter's exit can undo it; and an attempt
+-- that finds the owner holding by an earlier attempt of the same wait takes that hold as
+-- its own (no second count): its reply is the one the earlier attempt's caller never saw.
 --
 -- Reply: {1, count} when the hold was taken (count 1: the lock was free and the owner is
 --        next in line, or nobody waits; the TTL is set to the lease) or re-entered (count
@@ -44,33 +57,69 @@
 --   waiter only, so if it is dead the others must not sleep until the old holder's lease
 --   would have ended.
 -- The data stays in Java's layout: the list, and absolute epoch-ms deadlines.
-local key, queue, deadlines = KEYS[1], KEYS[2], KEYS[3]
-local lease, owner, join, refuse_reentry = valid_ms(ARGV[1]), ARGV[2], ARGV[5] == '1', ARGV[6]
+local key, queue, deadlines, fence, trace = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local lease, owner, join = ARGV[1], ARGV[2], ARGV[5] == '1'
+local invalid = invalid_ms(lease)
+if invalid then
+    return invalid
+end
 local wait, now = tonumber(ARGV[3]), tonumber(ARGV[4])
+local wait_id = trace and ARGV[#ARGV]
+local refuse_reentry = (#ARGV == 7 or not trace) and ARGV[6]
 
-purge_stale_heads(queue, deadlines, now)
+if fence and redis.call('exists', fence) == 1 then
+    return {0, 0}
+end
+
+local needs = 'acquiring the lock'
+purge_stale_heads(queue, deadlines, now, needs)
 
 if redis.call('exists', key) == 0 then
     local head = redis.call('lindex', queue, 0)
     if not head or head == owner then
-        redis.call('lpop', queue)
-        redis.call('zrem', deadlines, owner)
-        -- The deadlines are chained (each one is the previous one plus that waiter's wait):
-        -- the owner's link is gone, so every remaining deadline moves up by its wait.
-        for _, waiter in ipairs(redis.call('zrange', deadlines, 0, -1)) do
-            redis.call('zincrby', deadlines, -wait, waiter)
+        -- Without a queue (nobody waits, no deadline left) its writes would change nothing.
+        local queued = head or redis.call('exists', deadlines) == 1
+        permit(needs, 'pexpire', key, lease)
+        if trace then
+            permit(needs, 'set', trace, wait_id, 'px', lease)
         end
-        redis.call('hset', key, owner, 1)
+        if queued then
+            permit(needs, 'zrem', deadlines, owner)
+            permit(needs, 'zincrby', deadlines, '0', owner)
+            permit(needs, 'hset', key, owner, '1')
+        end
+        ttl_permitted(key, lease, needs)
+        if queued then
+            first_write(needs, 'lpop', queue)
+            redis.call('zrem', deadlines, owner)
+            -- The deadlines are chained (each one is the previous one plus that waiter's
+            -- wait): the owner's link is gone, so every remaining deadline moves up by its
+            -- wait.
+            for _, waiter in ipairs(redis.call('zrange', deadlines, 0, -1)) do
+                redis.call('zincrby', deadlines, -wait, waiter)
+            end
+            redis.call('hset', key, owner, 1)
+        else
+            first_write(needs, 'hset', key, owner, 1)
+        end
         redis.call('pexpire', key, lease)
+        if trace then
+            redis.call('set', trace, wait_id, 'px', lease)
+        end
         return {1, 1}
     end
 end
 
 if redis.call('hexists', key, owner) == 1 then
+    if trace and redis.call('get', trace) == wait_id then
+        extend(key, lease)
+        return {1, tonumber(redis.call('hget', key, owner))}
+    end
     if refuse_reentry then
         return redis.error_reply(refuse_reentry)
     end
-    return {1, add_hold(key, owner, lease)}
+    permit(needs, 'pexpire', key, lease)
+    return {1, add_hold(key, owner, lease, false, needs)}
 end
 
 if not join then
@@ -86,6 +135,7 @@ if own_deadline then
         -- First in line and another owner holds the lock (a free lock was taken above).
         local shift = now + math.max(estimate, 0) + wait - tonumber(own_deadline)
         if shift > tolerance then
+            -- Only ZINCRBY: a refusal comes at the first.
             for _, waiter in ipairs(redis.call('zrange', deadlines, 0, -1)) do
                 redis.call('zincrby', deadlines, shift, waiter)
             end
@@ -116,7 +166,14 @@ if last_deadline then
 else
     estimate = redis.call('pttl', key)
 end
-if redis.call('zadd', deadlines, estimate + wait + now, owner) == 1 then
-    redis.call('rpush', queue, owner)
+permit(needs, 'rpush', queue, owner)
+if first_write(needs, 'zadd', deadlines, estimate + wait + now, owner) == 1 then
+    local pushed = redis.pcall('rpush', queue, owner)
+    if type(pushed) == 'table' and pushed.err then
+        -- Refused where the server could not be asked beforehand (see permit): no deadline
+        -- is left without its place in line, where no purge would find it.
+        redis.call('zrem', deadlines, owner)
+        refuse('rpush', queue, needs, pushed.err)
+    end
 end
 return {0, estimate}

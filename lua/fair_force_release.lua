@@ -14,9 +14,19 @@
 local key, queue, deadlines, channel_base = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local message, now, publish = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 
-purge_stale_heads(queue, deadlines, now)
-if redis.call('del', key) == 0 then
+local needs = 'releasing the lock'
+local held = redis.call('exists', key) == 1
+if held then
+    permit(needs, 'del', key)
+    -- The live head, told before anything is written (see notify_before_writing).
+    local head = live_head(queue, deadlines, now)
+    if head then
+        notify_before_writing(publish, channel_base .. ':' .. head, message)
+    end
+end
+purge_stale_heads(queue, deadlines, now, needs)
+if not held then
     return 0
 end
-tell_head(queue, channel_base, publish, message)
+redis.call('del', key)
 return 1

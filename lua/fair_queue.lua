@@ -30,16 +30,13 @@ local function drop_heads(queue, deadlines, count)
     end
 end
 
-local function purge_stale_heads(queue, deadlines, now)
+-- Drops the stale heads, a change that stands on its own (whatever the script does next);
+-- `needs` names what the script does, should the server refuse it.
+local function purge_stale_heads(queue, deadlines, now, needs)
     local _, stale = live_head(queue, deadlines, now)
-    drop_heads(queue, deadlines, stale)
-end
-
--- Only the first in line may take a free fair lock, so only it is told, on its own channel
--- <channel_base>:<head>; nobody is when the queue is empty.
-local function tell_head(queue, channel_base, publish, message)
-    local head = redis.call('lindex', queue, 0)
-    if head then
-        notify(publish, channel_base .. ':' .. head, message)
+    if stale > 0 then
+        permit(needs, 'lpop', queue)
+        permit(needs, 'zrem', deadlines, '')
+        drop_heads(queue, deadlines, stale)
     end
 end

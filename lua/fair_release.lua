@@ -5,7 +5,9 @@
 -- KEYS[2]  waiting list redisson_lock_queue:{<raw>} (owner fields, head = next in line)
 -- KEYS[3]  waiter deadlines redisson_lock_timeout:{<raw>} (zset, score = epoch ms)
 -- KEYS[4]  channel base redisson_lock__channel:{<raw>}; the head <h> is told on <base>:<h>
--- KEYS[5]  unlock latch redisson_unlock_latch:{<raw>}:<id>
+-- KEYS[5]  the owner's trace redisson_lock_took:{<raw>}:<owner field> (this client's own,
+--          see lua/fair_acquire.lua), deleted with the owner's last hold; Java sends none
+-- KEYS[#]  unlock latch redisson_unlock_latch:{<raw>}:<id> (KEYS[5] without the trace)
 -- ARGV[1]  unlock message, always "0"
 -- ARGV[2]  lease in ms that a partial release resets the TTL to
 -- ARGV[3]  owner field <client uuid>:<owner id>
@@ -23,9 +25,14 @@
 -- 1 (success). This script also tells the head waiter and writes the latch, but replies nil,
 -- because this crate's unlock reports a lost hold. The latch then holds "none", which
 -- replays as nil. Other clients only see the data and the message, which are as Java's.
-local key, queue, deadlines, channel_base, latch = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
-local message, lease, owner = ARGV[1], valid_ms(ARGV[2]), ARGV[3]
-local now, publish, latch_ttl = tonumber(ARGV[4]), ARGV[5], valid_ms(ARGV[6])
+local key, queue, deadlines, channel_base = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local trace, latch = #KEYS == 6 and KEYS[5], KEYS[#KEYS]
+local message, lease, owner = ARGV[1], ARGV[2], ARGV[3]
+local now, publish, latch_ttl = tonumber(ARGV[4]), ARGV[5], ARGV[6]
+local invalid = invalid_ms(lease, latch_ttl)
+if invalid then
+    return invalid
+end
 local request = ARGV[7]
 
 -- The outcome is known from the count before anything is written: it is recorded and the
@@ -40,6 +47,18 @@ if count then
 end
 -- The head the stale-head purge leaves, found before anything is written.
 local head, stale = live_head(queue, deadlines, now)
+if stale > 0 then
+    permit('releasing the lock', 'lpop', queue)
+    permit('releasing the lock', 'zrem', deadlines, '')
+end
+if outcome == 0 then
+    permit_drop_hold(key, owner, lease)
+elseif outcome == 1 then
+    permit('releasing the lock', 'del', key)
+    if trace then
+        permit('releasing the lock', 'del', trace)
+    end
+end
 if head and (not exists or outcome == 1) then
     notify_before_writing(publish, channel_base .. ':' .. head, message)
 end
@@ -52,5 +71,8 @@ if outcome == 0 then
     drop_hold(key, owner, lease)
 elseif outcome == 1 then
     redis.call('del', key)
+    if trace then
+        redis.call('del', trace)
+    end
 end
 return outcome

@@ -16,10 +16,21 @@
 -- holder without TTL from a success); the data written is Java's. The counter is never
 -- reset or deleted here or by any release.
 local key, counter = KEYS[1], KEYS[2]
-local lease, owner = valid_ms(ARGV[1]), ARGV[2]
+local lease, owner = ARGV[1], ARGV[2]
+local invalid = invalid_ms(lease)
+if invalid then
+    return invalid
+end
 local free = redis.call('exists', key) == 0
 if free or redis.call('hexists', key, owner) == 1 then
-    local token = redis.call('incr', counter)
+    local needs = 'acquiring the lock'
+    permit(needs, 'hincrby', key, owner, '1')
+    permit(needs, 'pexpire', key, lease)
+    if free then
+        -- Tried before the token is taken (see add_hold).
+        ttl_permitted(key, lease, needs)
+    end
+    local token = first_write(needs, 'incr', counter)
     return {1, add_hold(key, owner, lease, free), token}
 end
 return {0, redis.call('pttl', key)}

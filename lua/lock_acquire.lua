@@ -14,12 +14,18 @@
 -- outlive the owner's longest live hold (Java sets the TTL to the lease either way).
 -- The reply is this crate's own (Java's is nil / PTTL, which cannot tell a new hold from a
 -- re-entry); the data written is Java's.
-local key, lease, owner, refuse_reentry = KEYS[1], valid_ms(ARGV[1]), ARGV[2], ARGV[3]
+local key, lease, owner, refuse_reentry = KEYS[1], ARGV[1], ARGV[2], ARGV[3]
+local invalid = invalid_ms(lease)
+if invalid then
+    return invalid
+end
 local free = redis.call('exists', key) == 0
 if free or redis.call('hexists', key, owner) == 1 then
     if refuse_reentry and not free then
         return redis.error_reply(refuse_reentry)
     end
-    return {1, add_hold(key, owner, lease, free)}
+    local needs = 'acquiring the lock'
+    permit(needs, 'pexpire', key, lease)
+    return {1, add_hold(key, owner, lease, free, needs)}
 end
 return {0, redis.call('pttl', key)}

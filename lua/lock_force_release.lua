@@ -8,8 +8,10 @@
 --
 -- Reply: 1 when a hold was deleted (and waiters were told, unless ARGV[2] is empty), 0 when
 --        the lock was free.
-if redis.call('del', KEYS[1]) == 1 then
-    notify(ARGV[2], KEYS[2], ARGV[1])
+if redis.call('exists', KEYS[1]) == 1 then
+    notify_before_writing(ARGV[2], KEYS[2], ARGV[1])
+    -- The one write, after the message: refused, it leaves the waiters told in vain.
+    first_write('releasing the lock', 'del', KEYS[1])
     return 1
 end
 return 0

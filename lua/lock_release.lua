@@ -19,13 +19,22 @@
 -- so it is recorded and the previous record read in one command, and a last release tells
 -- the waiters before it deletes the hash (a refused publish then leaves it as it was).
 local key, channel, latch = KEYS[1], KEYS[2], KEYS[3]
-local message, lease, owner, publish = ARGV[1], valid_ms(ARGV[2]), ARGV[3], ARGV[4]
-local latch_ttl, request = valid_ms(ARGV[5]), ARGV[6]
+local message, lease, owner, publish = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local latch_ttl, request = ARGV[5], ARGV[6]
+local invalid = invalid_ms(lease, latch_ttl)
+if invalid then
+    return invalid
+end
 
 local count = tonumber(redis.call('hget', key, owner))
 local outcome = nil
 if count then
     outcome = count > 1 and 0 or 1
+end
+if outcome == 0 then
+    permit_drop_hold(key, owner, lease)
+elseif outcome == 1 then
+    permit('releasing the lock', 'del', key)
 end
 if outcome == 1 then
     -- Told first (a send that only replays tells them again: they look, and find it held).

@@ -2,52 +2,30 @@
 -- what the client's pub/sub mode chose: 'publish', 'spublish', 'both' (to reach classic and
 -- sharded listeners alike), or '' to tell no one (the spin lock).
 -- A server without SPUBLISH (older than 7.0, say a node that joined a cluster after the
--- client probed it) must not fail a release after its writes: SPUBLISH is tried with
--- redis.pcall, and PUBLISH sent in its place.
-local function notify(publish, channel, message)
-    if publish == '' then
-        return
-    end
-    if publish ~= 'spublish' then
-        redis.call('publish', channel, message)
-    end
-    if publish ~= 'publish' then
-        local sent = redis.pcall('spublish', channel, message)
-        if type(sent) == 'table' and sent.err and publish == 'spublish' then
-            redis.call('publish', channel, message)
-        end
-    end
-end
-
--- Fails the script: the user may not run `command` on `channel` (`why`: the server's own
--- words, when it refused the command itself).
-local function refuse(command, channel, why)
-    local detail = ''
-    if why then
-        detail = ' (' .. why .. ')'
-    end
-    error({err = 'NOPERM this user may not run ' .. command .. ' on ' .. channel
-        .. ', which releasing the lock needs; nothing was written' .. detail})
-end
+-- client probed it) must not fail a release: SPUBLISH is tried with redis.pcall, and
+-- PUBLISH sent in its place.
 
 -- Refuses when `reply`, what redis.pcall gave for `command` on `channel`, is an error.
-local function refuse_failed(reply, command, channel)
+local function refuse_failed(reply, command, channel, needs)
     if type(reply) == 'table' and reply.err then
-        refuse(command, channel, reply.err)
+        refuse(command, channel, needs, reply.err)
     end
 end
 
--- notify for a release, which knows before it writes that it will free the lock: it tells
--- the waiters first, and a publish the server refuses (the user's ACL) fails the script
--- before anything is written, where a refusal after the writes would leave the hold gone
--- and the waiters never told. Nobody acts on the message before the script has ended, so
--- the waiters find the lock free.
-local function notify_before_writing(publish, channel, message)
+-- Tells the waiters, for a script that knows before it writes that it will free the lock (a
+-- release, a force release, a waiter leaving the head of a fair queue). They are told
+-- first: a publish the server refuses (the user's ACL) fails the script before anything is
+-- written, where a refusal after the writes would leave the hold gone and the waiters never
+-- told. Nobody acts on the message before the script has ended, so the waiters find the
+-- lock free. `needs`: what the script does, for the refusal (see refuse in permit.lua);
+-- 'releasing the lock' when not given.
+local function notify_before_writing(publish, channel, message, needs)
+    needs = needs or 'releasing the lock'
     if publish == '' then
         return
     end
     if publish ~= 'spublish' then
-        refuse_failed(redis.pcall('publish', channel, message), 'publish', channel)
+        refuse_failed(redis.pcall('publish', channel, message), 'publish', channel, needs)
     end
     if publish ~= 'publish' then
         local reply = redis.pcall('spublish', channel, message)
@@ -55,10 +33,10 @@ local function notify_before_writing(publish, channel, message)
             -- Refused, unless the server lacks SPUBLISH: then PUBLISH reaches the waiters.
             -- (A server without SPUBLISH may lack acl_check_cmd too.)
             if redis.acl_check_cmd and pcall(redis.acl_check_cmd, 'spublish', channel, message) then
-                refuse('spublish', channel, reply.err)
+                refuse('spublish', channel, needs, reply.err)
             end
             if publish == 'spublish' then
-                refuse_failed(redis.pcall('publish', channel, message), 'publish', channel)
+                refuse_failed(redis.pcall('publish', channel, message), 'publish', channel, needs)
             end
         end
     end

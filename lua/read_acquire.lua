@@ -19,27 +19,41 @@
 -- read-write lock (another kind's hold, or foreign data). Java takes it and writes into it;
 -- here it counts as held by someone else: the reply is {0, its PTTL}, and nothing is
 -- written.
-local key, lease, owner = KEYS[1], valid_ms(ARGV[1]), ARGV[2]
+local key, lease, owner = KEYS[1], ARGV[1], ARGV[2]
+local invalid = invalid_ms(lease)
+if invalid then
+    return invalid
+end
 local owner_prefix = timeout_prefix(KEYS[2], owner)
 
 -- A new hold's key gets its lease after the hash got its TTL: Redis's clock moves while a
 -- script runs, so the key may end a millisecond after the hash, never before it. The hash
 -- then never ends after its latest reader's key, which read_release.lua relies on.
+-- The writes after the first are asked for before it (see permit.lua).
+local needs = 'acquiring the lock'
 local mode = redis.call('hget', key, 'mode')
 if not mode then
     -- A key without a mode is no read-write lock: busy (see the header).
     if redis.call('exists', key) == 1 then
         return {0, redis.call('pttl', key)}
     end
-    redis.call('hset', key, 'mode', 'read', owner, 1)
+    local timeout_key = owner_prefix .. ':1'
+    permit(needs, 'pexpire', key, lease)
+    permit(needs, 'set', timeout_key, '1', 'px', lease)
+    ttl_permitted(key, lease, needs)
+    first_write(needs, 'hset', key, 'mode', 'read', owner, 1)
     redis.call('pexpire', key, lease)
-    redis.call('set', owner_prefix .. ':1', 1, 'px', lease)
+    redis.call('set', timeout_key, 1, 'px', lease)
     return {1, 1}
 end
 if mode == 'read' or (mode == 'write' and redis.call('hexists', key, owner .. ':write') == 1) then
-    local n = redis.call('hincrby', key, owner, '1')
-    extend(key, lease)
-    redis.call('set', owner_prefix .. ':' .. n, 1, 'px', lease)
+    -- The hold's number, to name its timeout key before anything is written.
+    local n = tostring(tonumber(redis.call('hget', key, owner) or '0') + 1)
+    local timeout_key = owner_prefix .. ':' .. n
+    permit(needs, 'pexpire', key, lease)
+    permit(needs, 'set', timeout_key, '1', 'px', lease)
+    n = add_hold(key, owner, lease, false, needs)
+    redis.call('set', timeout_key, 1, 'px', lease)
     return {1, n}
 end
 return {0, redis.call('pttl', key)}

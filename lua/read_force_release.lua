@@ -10,8 +10,9 @@
 -- otherwise (free, or held by a writer: a write hold is left alone). The readers' timeout
 -- keys are left to expire, as Java does.
 if redis.call('hget', KEYS[1], 'mode') == 'read' then
-    redis.call('del', KEYS[1])
-    notify(ARGV[2], KEYS[2], ARGV[1])
+    notify_before_writing(ARGV[2], KEYS[2], ARGV[1])
+    -- The one write, after the message: refused, it leaves the waiters told in vain.
+    first_write('releasing the lock', 'del', KEYS[1])
     return 1
 end
 return 0

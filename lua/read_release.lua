@@ -59,7 +59,11 @@
 -- force-unlocked) Java publishes, writes the latch "1" and replies nil, so a retry would
 -- replay 1; here the latch holds "none", which replays as nil. Other clients see the same.
 local key, channel, key_prefix, latch = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local message, owner, publish, latch_ttl = ARGV[1], ARGV[2], ARGV[3], valid_ms(ARGV[4])
+local message, owner, publish, latch_ttl = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local invalid = invalid_ms(latch_ttl)
+if invalid then
+    return invalid
+end
 local request = ARGV[5]
 local owner_prefix = timeout_prefix(key_prefix, owner)
 
@@ -117,13 +121,27 @@ end
 local found = redis.call('hmget', key, 'mode', owner)
 local mode, held = found[1], found[2]
 local outcome, expiry = nil, nil
-if not mode then
-    notify_before_writing(publish, channel, message)
-elseif tonumber(held) then
+if tonumber(held) then
     outcome, expiry = outcome_of(mode, held)
-    if outcome == 1 then
-        notify_before_writing(publish, channel, message)
+end
+-- The count's text names the released hold's timeout key (no number formatted in Lua).
+local released = owner_prefix .. ':' .. tostring(held)
+local needs = 'releasing the lock'
+if outcome == 1 then
+    permit(needs, 'del', key, released)
+elseif outcome == 0 then
+    if tonumber(held) <= 1 then
+        permit(needs, 'hdel', key, owner)
+    else
+        permit(needs, 'hincrby', key, owner, '-1')
     end
+    permit(needs, 'del', released)
+    if expiry then
+        permit(needs, 'pexpireat', key, expiry)
+    end
+end
+if not mode or outcome == 1 then
+    notify_before_writing(publish, channel, message)
 end
 local replayed, reply = latch_claim(latch, latch_ttl, request, outcome)
 if replayed then
@@ -132,8 +150,6 @@ end
 if outcome == nil then
     return nil
 end
--- The count's text names the released hold's timeout key (no number formatted in Lua).
-local released = owner_prefix .. ':' .. held
 if outcome == 1 then
     redis.call('del', key, released)
     return 1

@@ -17,7 +17,11 @@
 -- may hold the lock with a longer fixed lease, and the hash must outlive every reader's key.
 -- The hash is extended before the keys, so that it never ends after the latest of them
 -- (see read_release.lua). (Java sets every TTL to the new one.)
-local ttl = valid_ms(ARGV[1])
+local ttl = ARGV[1]
+local invalid = invalid_ms(ttl)
+if invalid then
+    return invalid
+end
 local renewed = {}
 local arg = 2
 for i = 1, #KEYS, 2 do

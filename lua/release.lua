@@ -38,13 +38,22 @@ end
 -- for `ttl` ms and reads the record it replaces, in one command. When that was this
 -- request's, the record is put back and true is returned with its reply; the caller then
 -- writes nothing. Otherwise false: the caller goes on to release.
+-- This is the release's first write: the caller has asked for the writes after it (see
+-- permit.lua).
 local function latch_claim(latch, ttl, request, outcome)
-    local previous = redis.call('set', latch, latch_value(request, outcome), 'px', ttl, 'get')
+    local value = latch_value(request, outcome)
+    local previous = first_write('releasing the lock', 'set', latch, value, 'px', ttl, 'get')
     local replayed, reply = latch_reply(previous, request)
     if replayed and reply ~= outcome then
         redis.call('set', latch, previous, 'px', ttl)
     end
     return replayed, reply
+end
+
+-- Asks for drop_hold's writes (see permit.lua).
+local function permit_drop_hold(key, field, lease)
+    permit('releasing the lock', 'hincrby', key, field, '-1')
+    permit('releasing the lock', 'pexpire', key, lease)
 end
 
 -- One hold of `field` fewer. While others remain, the key lives `lease` ms from now: what

@@ -11,7 +11,11 @@
 -- whole batch.
 -- A renewal never shortens the TTL: the owner may also hold the lock with a longer fixed
 -- lease. (Java sets the TTL either way.)
-local ttl = valid_ms(ARGV[1])
+local ttl = ARGV[1]
+local invalid = invalid_ms(ttl)
+if invalid then
+    return invalid
+end
 local renewed = {}
 for i, key in ipairs(KEYS) do
     local owner = ARGV[i + 1]

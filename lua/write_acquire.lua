@@ -20,21 +20,30 @@
 -- read-write lock (another kind's hold, or foreign data). Java takes it and writes into it;
 -- here it counts as held by someone else: the reply is {0, its PTTL}, and nothing is
 -- written.
-local key, lease, write_owner, read_owner = KEYS[1], valid_ms(ARGV[1]), ARGV[2], ARGV[3]
+local key, lease, write_owner, read_owner = KEYS[1], ARGV[1], ARGV[2], ARGV[3]
+local invalid = invalid_ms(lease)
+if invalid then
+    return invalid
+end
 
+local needs = 'acquiring the lock'
 local mode = redis.call('hget', key, 'mode')
 if not mode then
     -- A key without a mode is no read-write lock: busy (see the header).
     if redis.call('exists', key) == 1 then
         return {0, redis.call('pttl', key)}
     end
-    redis.call('hset', key, 'mode', 'write')
+    -- The second HSET (the first's command, on the same key) needs no asking.
+    permit(needs, 'pexpire', key, lease)
+    ttl_permitted(key, lease, needs)
+    first_write(needs, 'hset', key, 'mode', 'write')
     redis.call('hset', key, write_owner, 1)
     redis.call('pexpire', key, lease)
     return {1, 1}
 end
 if mode == 'write' and redis.call('hexists', key, write_owner) == 1 then
-    local count = redis.call('hincrby', key, write_owner, 1)
+    permit(needs, 'pexpire', key, lease)
+    local count = first_write(needs, 'hincrby', key, write_owner, 1)
     local remaining = redis.call('pttl', key)
     redis.call('pexpire', key, remaining + tonumber(lease))
     return {1, count}

@@ -9,8 +9,9 @@
 -- Reply: 1 when the lock was in write mode and was deleted, with the writer's read holds
 -- (and waiters were told); 0 otherwise (free, or in read mode: readers are left alone).
 if redis.call('hget', KEYS[1], 'mode') == 'write' then
-    redis.call('del', KEYS[1])
-    notify(ARGV[2], KEYS[2], ARGV[1])
+    notify_before_writing(ARGV[2], KEYS[2], ARGV[1])
+    -- The one write, after the message: refused, it leaves the waiters told in vain.
+    first_write('releasing the lock', 'del', KEYS[1])
     return 1
 end
 return 0

@@ -26,8 +26,12 @@
 -- * When the lock has no mode at all (expired or force-unlocked) Java publishes, writes the
 --   latch "1" and replies nil; here the latch holds "none", which replays as nil.
 local key, channel, latch = KEYS[1], KEYS[2], KEYS[3]
-local message, lease, write_owner, publish = ARGV[1], valid_ms(ARGV[2]), ARGV[3], ARGV[4]
-local latch_ttl = valid_ms(ARGV[5])
+local message, lease, write_owner, publish = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local latch_ttl = ARGV[5]
+local invalid = invalid_ms(lease, latch_ttl)
+if invalid then
+    return invalid
+end
 local request = ARGV[6]
 
 -- The outcome is known from the count before anything is written: it is recorded and the
@@ -43,6 +47,16 @@ local outcome = nil
 if count then
     outcome = count > 1 and 0 or 1
 end
+local read_owner = string.sub(write_owner, 1, -#':write' - 1)
+local downgrade = outcome == 1 and redis.call('hlen', key) ~= 2
+if outcome == 0 then
+    permit_drop_hold(key, write_owner, lease)
+elseif downgrade then
+    permit('releasing the lock', 'hdel', key, write_owner)
+    permit('releasing the lock', 'hset', key, 'mode', 'read')
+elseif outcome == 1 then
+    permit('releasing the lock', 'del', key)
+end
 if not mode or outcome == 1 then
     notify_before_writing(publish, channel, message)
 end
@@ -52,15 +66,14 @@ if replayed then
 end
 if outcome == 0 then
     -- Read holds the owner took while writing need the TTL they have: it may only grow.
-    local read_owner = string.sub(write_owner, 1, -#':write' - 1)
     drop_hold(key, write_owner, lease, redis.call('hexists', key, read_owner) == 1)
 elseif outcome == 1 then
     -- Only the mode and this field: the lock is free. Otherwise the owner's read holds stay.
-    if redis.call('hlen', key) == 2 then
-        redis.call('del', key)
-    else
+    if downgrade then
         redis.call('hdel', key, write_owner)
         redis.call('hset', key, 'mode', 'read')
+    else
+        redis.call('del', key)
     end
 end
 return outcome

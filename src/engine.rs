@@ -10,13 +10,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fred::clients::Client;
+use fred::error::Error as RedisError;
 use fred::interfaces::ClientLike;
 use parking_lot::Mutex;
 use tokio::sync::{watch, OwnedRwLockReadGuard, RwLock};
 use uuid::Uuid;
 
 use crate::error::{map_redis_error, Error, Result};
-use crate::keys::Str;
+use crate::keys::{self, LockKeys, Str};
 use crate::latches::Latches;
 use crate::owner::LockOwner;
 use crate::pubsub::{Choice, PubSub};
@@ -34,7 +35,8 @@ pub(crate) struct Settings {
     /// The fair lock's per-waiter wait when the call gives none (Redisson's
     /// `fairLockWaitTimeout`).
     pub(crate) fair_wait_timeout: Duration,
-    /// Whether each renewal script covers holds of one cluster slot only.
+    /// Whether each renewal script, and each deletion of unlock latches, covers keys of one
+    /// cluster slot only.
     pub(crate) renew_by_slot: bool,
     /// How long a lock script's write waits for a replica; `None` when it does not.
     pub(crate) replica_wait: Option<Duration>,
@@ -110,6 +112,11 @@ impl QueueExits {
         id
     }
 
+    /// A new id, unique in this client, for a wait's fence (see `OnTheWire`).
+    pub(crate) fn wait_id(&self) -> u64 {
+        self.next_id.fetch_add(1, Ordering::Relaxed)
+    }
+
     /// Waiter `id` gives up: whether its place must be taken out of the queue, which is so
     /// unless another task of the same owner still waits for it.
     pub(crate) fn leaving(&self, id: u64) -> bool {
@@ -162,8 +169,18 @@ impl Engine {
         let watchdog = Watchdog::new(settings.watchdog_timeout, settings.renew_by_slot);
         tokio::spawn(watchdog.clone().run(scripts.clone()));
         let latches = Latches::new();
-        tokio::spawn(latches.clone().run(redis.clone(), shutdown_rx.clone()));
-        sentinel::follow_failovers(&redis, &subscriber, shutdown_rx.clone());
+        let by_slot = settings.renew_by_slot;
+        tokio::spawn(
+            latches
+                .clone()
+                .run(redis.clone(), by_slot, shutdown_rx.clone()),
+        );
+        sentinel::follow_failovers(
+            &redis,
+            &subscriber,
+            settings.command_timeout,
+            shutdown_rx.clone(),
+        );
         // The subscriber connection is checked as often as holds are renewed.
         let heartbeat = settings.watchdog_timeout / 3;
         let pubsub = PubSub::start(subscriber, redis.clone(), pubsub, heartbeat, shutdown_rx);
@@ -200,6 +217,31 @@ impl Engine {
     /// Turns true when the client begins to close.
     pub(crate) fn watch_shutdown(&self) -> watch::Receiver<bool> {
         self.shutdown.subscribe()
+    }
+
+    /// The keys of the lock `name` (the client's name prefix applied).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for an empty name, and on a cluster (or with renewals
+    /// grouped by slot, as behind a proxy fronting one) for a name whose keys would fall in
+    /// different slots: every script about it would then be refused (`CROSSSLOT`), its
+    /// releases included, after an acquisition had taken the hold.
+    pub(crate) fn lock_keys(&self, name: &str) -> Result<LockKeys> {
+        if name.is_empty() {
+            return Err(Error::invalid("a lock name must not be empty"));
+        }
+        let raw = format!("{}{name}", self.settings.name_prefix);
+        if self.redis.is_clustered() || self.settings.renew_by_slot {
+            if let Some(why) = keys::split_slots(&raw) {
+                return Err(Error::invalid(format!(
+                    "the lock name `{raw}` cannot be used on a Redis Cluster: {why}, so its \
+                     keys would fall in different slots. A name with a `{{` needs a hash tag \
+                     (a `{{`, then at least one character, then `}}`), and a name without \
+                     `{{` must not contain `}}`"
+                )));
+            }
+        }
+        Ok(LockKeys::new(&raw))
     }
 
     /// Fails with [`Error::Closed`] once the client was shut down.
@@ -254,11 +296,19 @@ impl Engine {
         name: &str,
     ) -> Result<(fred::types::Value, Confirmation)> {
         self.check_open()?;
-        let (reply, confirmation) = self
-            .replicas
-            .run(&self.scripts, self.scripts.client(), call, key)
-            .await;
+        let (reply, confirmation) = self.send_confirmed(call, key).await;
         Ok((reply.map_err(|e| map_redis_error(e, name))?, confirmation))
+    }
+
+    /// [`run_confirmed`](Engine::run_confirmed) with the reply as Redis gave it: the one
+    /// way every lock script that writes is sent (acquisitions, their undoing, releases,
+    /// force releases), so that its WAIT follows it on the connection that carried it.
+    pub(crate) async fn send_confirmed(
+        &self,
+        call: Call,
+        key: &str,
+    ) -> (Result<fred::types::Value, RedisError>, Confirmation) {
+        self.replicas.run(&self.scripts, call, key).await
     }
 
     /// Returns once a replica has the write of a script run by
@@ -273,7 +323,7 @@ impl Engine {
         name: &str,
     ) -> Result<()> {
         (self.replicas)
-            .confirm(confirmation, self.scripts.client(), key, name)
+            .confirm(confirmation, &self.scripts, key, name)
             .await
     }
 

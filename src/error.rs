@@ -16,8 +16,18 @@ pub enum Error {
     /// Redis could not be reached, or answered with an error. When this comes from an
     /// acquire or release, the command may or may not have run on the server; see
     /// [`Error::is_retryable`].
-    #[error("redis error: {0}")]
+    #[error("{}", describe(.0))]
     Redis(#[from] RedisError),
+
+    /// The client could not connect when it was built: nothing answered at the address, the
+    /// server refused the credentials, or the connection did not come up in time.
+    #[error("cannot connect to Redis at {server}: {}", describe_connect(.source, .server))]
+    Unreachable {
+        /// The server (or servers) the client was configured with.
+        server: String,
+        /// What the driver reported.
+        source: RedisError,
+    },
 
     /// The owner does not hold the lock: it never did, or its lease ran out, or someone
     /// force-unlocked it. Redisson reports the same case as `IllegalMonitorStateException`.
@@ -78,6 +88,61 @@ pub enum Error {
     Closed,
 }
 
+/// A driver error in words: what failed and why, never a debug dump.
+fn describe(error: &RedisError) -> String {
+    let details = error.details();
+    match error.kind() {
+        ErrorKind::IO => format!("the connection to Redis failed: {}", io_words(details)),
+        ErrorKind::Timeout => {
+            "Redis did not answer within the command timeout (it may be down, unreachable or \
+             overloaded; the client keeps reconnecting)"
+                .into()
+        }
+        ErrorKind::Canceled => format!("the command was canceled: {details}"),
+        ErrorKind::Auth => format!("Redis refused the credentials: {details}"),
+        ErrorKind::Url => format!("the URL is not usable: {details}"),
+        _ => format!("Redis answered with an error: {details}"),
+    }
+}
+
+/// [`describe`] for a first connection, with a hint where the cause is a likely one.
+fn describe_connect(error: &RedisError, server: &str) -> String {
+    let tls = server.ends_with("(TLS)");
+    match error.kind() {
+        ErrorKind::Timeout if tls => "no answer within the command timeout; a TLS \
+            (rediss://) connection to a server that does not speak TLS fails this way"
+            .into(),
+        ErrorKind::Timeout => "no answer within the command timeout".into(),
+        _ => describe(error),
+    }
+}
+
+/// An I/O error's reason in words (the driver gives it in debug form).
+fn io_words(details: &str) -> String {
+    let known = [
+        (
+            "ConnectionRefused",
+            "connection refused: nothing listens at that address",
+        ),
+        (
+            "ConnectionReset",
+            "the connection was reset by the server or the network",
+        ),
+        ("ConnectionAborted", "the connection was aborted"),
+        ("NotConnected", "not connected"),
+        ("BrokenPipe", "the connection was closed by the server"),
+        ("TimedOut", "the connection timed out"),
+        ("HostUnreachable", "the host is unreachable"),
+        ("NetworkUnreachable", "the network is unreachable"),
+        ("AddrNotAvailable", "the address is not available"),
+        ("UnexpectedEof", "the server closed the connection"),
+    ];
+    match known.iter().find(|(kind, _)| details.contains(kind)) {
+        Some((_, words)) => (*words).to_owned(),
+        None => details.to_owned(),
+    }
+}
+
 /// `Result` with this crate's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
@@ -87,7 +152,7 @@ impl Error {
     /// again later may succeed.
     pub fn is_retryable(&self) -> bool {
         match self {
-            Error::Redis(e) => is_transient(e),
+            Error::Redis(e) | Error::Unreachable { source: e, .. } => is_transient(e),
             Error::NotReplicated { .. } => true,
             _ => false,
         }
@@ -122,6 +187,7 @@ pub(crate) fn is_transient(error: &RedisError) -> bool {
         ErrorKind::IO | ErrorKind::Timeout | ErrorKind::Canceled | ErrorKind::Backpressure => true,
         _ => {
             let details = error.details();
+            let words = server_words(details);
             [
                 "LOADING",
                 "MASTERDOWN",
@@ -130,7 +196,7 @@ pub(crate) fn is_transient(error: &RedisError) -> bool {
                 "BUSY",
             ]
             .iter()
-            .any(|prefix| details.starts_with(prefix))
+            .any(|prefix| words.starts_with(prefix))
                 || details.contains("Too many failed write attempts")
                 // A redirection not followed, or keys split by a migration: it did not run.
                 || crate::redirect::is_redirected(error)
@@ -140,6 +206,37 @@ pub(crate) fn is_transient(error: &RedisError) -> bool {
                 || details.contains("Failed to route command")
         }
     }
+}
+
+/// An error reply as the server first worded it. Redis before 7.0 wraps an error that a
+/// command raised inside a script: `ERR Error running script (call to f_<sha>):
+/// @user_script:12: @user_script: 12: -READONLY You can't write against a read only
+/// replica.`; from 7.0 the command's words come first (`READONLY You can't write against a
+/// read only replica. script: <sha>, on @user_script:12.`), as they do outside scripts.
+pub(crate) fn server_words(details: &str) -> &str {
+    let Some(wrapped) = details.strip_prefix("ERR Error running script") else {
+        return details;
+    };
+    let Some((_, mut rest)) = wrapped.split_once("): ") else {
+        return details;
+    };
+    // Then where it was raised, once or twice: `@user_script:12: ` or `@user_script: 12: `.
+    while let Some(after) = strip_place(rest) {
+        rest = after;
+    }
+    rest.strip_prefix('-').unwrap_or(rest)
+}
+
+/// `text` after a leading `@<chunk>:<line>: ` or `@<chunk>: <line>: `, if it has one.
+fn strip_place(text: &str) -> Option<&str> {
+    let chunk = text.strip_prefix('@')?;
+    let (name, rest) = chunk.split_once(':')?;
+    if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+        return None;
+    }
+    let rest = rest.strip_prefix(' ').unwrap_or(rest);
+    let (line, rest) = rest.split_once(": ")?;
+    (!line.is_empty() && line.chars().all(|c| c.is_ascii_digit())).then_some(rest)
 }
 
 /// Whether Redis refused a command because a key holds the wrong type, or a string or
@@ -177,6 +274,26 @@ mod tests {
             "ERR value is not an integer or out of range script: x, on @user_script:47.",
         );
         assert!(is_wrong_type(&token));
+
+        // A script's write on a demoted master, as Redis 7 and 6.2 word it.
+        for demoted in [
+            "READONLY You can't write against a read only replica. script: 0af1, on @user_script:12.",
+            "ERR Error running script (call to f_0af1): @user_script:12: @user_script: 12: \
+             -READONLY You can't write against a read only replica.",
+        ] {
+            let demoted = RedisError::new(ErrorKind::Unknown, demoted);
+            assert!(Error::Redis(demoted).is_retryable());
+        }
+        // A script's own error on Redis 6.2 is not taken for the command's.
+        let raised = RedisError::new(
+            ErrorKind::Unknown,
+            "ERR Error running script (call to f_0af1): @user_script:3: user_script:3: READONLY",
+        );
+        assert!(!Error::Redis(raised).is_retryable());
+        assert_eq!(
+            server_words("NOPERM this user may not"),
+            "NOPERM this user may not"
+        );
 
         let loading = RedisError::new(ErrorKind::Unknown, "LOADING Redis is loading the dataset");
         assert!(Error::Redis(loading).is_retryable());

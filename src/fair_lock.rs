@@ -6,6 +6,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 use fred::types::Value;
@@ -20,9 +21,11 @@ use crate::keys::{LockKeys, UNLOCK_MESSAGE};
 #[cfg(doc)]
 use crate::lock::Lock;
 use crate::owner::LockOwner;
-use crate::protocol::{Exit, OnTheWire, Place, Protocol, Target};
+use crate::protocol::{Exit, OnTheWire, Place, Protocol, Target, WaitMark};
+use crate::release::latch_ttl;
 use crate::script::{
-    BoxFuture, Call, FAIR_ACQUIRE, FAIR_ACQUIRE_FAILED, FAIR_FORCE_RELEASE, FAIR_RELEASE,
+    static_arg, BoxFuture, Call, FAIR_ACQUIRE, FAIR_ACQUIRE_FAILED, FAIR_FORCE_RELEASE,
+    FAIR_RELEASE,
 };
 use crate::time::{epoch_millis, millis};
 use crate::wait::Wait;
@@ -85,12 +88,23 @@ impl Fair {
         }
     }
 
-    /// `lua/fair_acquire_failed.lua` (§4.5): takes `owner` out of the queue; the waiters
-    /// behind it move up by its wait `wait_ms`, and the next one is told if it is now first
-    /// in line and the lock is free.
-    fn leave_call(lock: &Target, owner: &LockOwner, wait_ms: i64) -> Call {
+    /// `lua/fair_acquire_failed.lua` (§4.5): sets the fence of the wait `mark` (an attempt
+    /// of it still on the wire then does nothing) and undoes a hold an attempt of it took
+    /// unanswered; then takes `owner` out of the queue; the waiters behind it move up by its
+    /// wait `wait_ms`, and the next one is told if it is now first in line and the lock is
+    /// free. With `keep`, the wait got the lock: its hold stays. Only a wait with an attempt
+    /// whose answer never came (`fenced`) needs the fence and the undo: every other attempt
+    /// is over, and a hold one of them took went to its caller or was released (see
+    /// [`InFlight`](crate::attempt::InFlight)).
+    fn leave_call(
+        lock: &Target,
+        owner: &LockOwner,
+        wait_ms: i64,
+        mark: &WaitMark,
+        (fenced, keep): (bool, bool),
+    ) -> Call {
         let keys = &lock.keys;
-        Call::new(
+        let mut call = Call::new(
             &FAIR_ACQUIRE_FAILED,
             &[
                 &keys.fair_queue(),
@@ -104,9 +118,34 @@ impl Fair {
                 Value::from(UNLOCK_MESSAGE),
                 lock.publish(),
             ],
-        )
+        );
+        if !fenced {
+            return call;
+        }
+        call.push_key(mark.fence.clone());
+        call.push_key(mark.trace.clone());
+        // A wait id no trace names undoes nothing.
+        let id = if keep {
+            static_arg("")
+        } else {
+            mark.id.clone()
+        };
+        call.push_args([id, Value::from(millis(fence_ttl(lock, wait_ms)))]);
+        call
     }
 }
+
+/// How long a wait's fence stays: longer than any attempt of it can stay on the wire (it
+/// is answered or times out within the command timeout, but the server may run it later, as
+/// late as it runs the commands queued on the connection that carried it), and than the
+/// wait itself.
+fn fence_ttl(lock: &Target, wait_ms: i64) -> Duration {
+    let settings = &lock.engine.settings;
+    let wait = Duration::from_millis(u64::try_from(wait_ms).unwrap_or(0));
+    (latch_ttl(&lock.engine) + settings.watchdog_timeout).max(wait)
+}
+
+impl Fair {}
 
 impl Protocol for Fair {
     fn kind(&self) -> &'static str {
@@ -143,6 +182,7 @@ impl Protocol for Fair {
                 &keys.fair_queue(),
                 &keys.fair_timeouts(),
                 &keys.channel,
+                &keys.fair_trace(owner.field()),
             ],
             vec![
                 Value::from(UNLOCK_MESSAGE),
@@ -174,7 +214,13 @@ impl Protocol for Fair {
 
     fn line_up(&self, lock: &Arc<Target>, owner: &LockOwner, wait: Wait) -> Option<Place> {
         let wait_ms = Fair::wait_ms(lock, wait);
-        let on_the_wire = OnTheWire::default();
+        let (keys, field) = (&lock.keys, owner.field());
+        let id = lock.engine.queue_exits.wait_id();
+        let on_the_wire = OnTheWire::new(WaitMark {
+            fence: Value::from(keys.fair_fence(field, id)),
+            trace: Value::from(keys.fair_trace(field)),
+            id: Value::from(id.to_string()),
+        });
         let exit = QueueExit::arm(lock.clone(), owner.clone(), wait_ms, on_the_wire.clone());
         Some(Place {
             pace: Pace::new(wait_ms),
@@ -214,7 +260,7 @@ impl QueueExit {
     fn arm(lock: Arc<Target>, owner: LockOwner, wait_ms: i64, on_the_wire: OnTheWire) -> QueueExit {
         // Tasks sharing an owner share its place in the queue.
         let place = format!("{}\0{}", lock.keys.fair_queue(), owner).into();
-        let leave = Fair::leave_call(&lock, &owner, wait_ms);
+        let leave = Fair::leave_call(&lock, &owner, wait_ms, on_the_wire.mark(), (false, false));
         let id = lock.engine.queue_exits.register(place, leave);
         QueueExit {
             armed: Some(Armed {
@@ -235,13 +281,26 @@ impl Exit for QueueExit {
         }
     }
 
+    fn keep(mut self: Box<Self>) -> BoxFuture<()> {
+        let armed = self.armed.take();
+        Box::pin(async move {
+            if let Some(armed) = armed {
+                let (tried, first_try) = oneshot::channel();
+                // In a task of its own, so that the exit completes even if the caller
+                // stops waiting for it.
+                tokio::spawn(async move { leave(&armed, true, tried).await });
+                let _ = first_try.await;
+            }
+        })
+    }
+
     fn leave(mut self: Box<Self>) -> BoxFuture<()> {
         let armed = self.armed.take();
         Box::pin(async move {
             if let Some(armed) = armed {
-                // In a task of its own, so that the exit completes even if the caller
-                // stops waiting for it.
-                let _ = tokio::spawn(async move { leave(&armed).await }).await;
+                let (tried, first_try) = oneshot::channel();
+                tokio::spawn(async move { leave(&armed, false, tried).await });
+                let _ = first_try.await;
             }
         })
     }
@@ -253,7 +312,10 @@ impl Drop for QueueExit {
             return;
         };
         match tokio::runtime::Handle::try_current() {
-            Ok(runtime) => drop(runtime.spawn(async move { leave(&armed).await })),
+            Ok(runtime) => {
+                let (tried, _) = oneshot::channel();
+                drop(runtime.spawn(async move { leave(&armed, false, tried).await }))
+            }
             Err(_) => tracing::warn!(
                 lock = %armed.lock.name,
                 "fair waiter dropped outside a Tokio runtime; it stays queued until its deadline or the client's shutdown"
@@ -262,10 +324,15 @@ impl Drop for QueueExit {
     }
 }
 
-/// Takes the waiter out of the queue, once its attempts are answered. A send that fails
-/// (Redis unreachable, writes paused, the connection being made again) is tried again until
-/// the waiter's place would have lapsed by itself: running the exit twice is harmless.
-async fn leave(armed: &Armed) {
+/// Takes the waiter out of the queue, once its attempts are answered (`keep`: it got the
+/// lock, only its fence is set); `tried` is told after the first send. A send that fails
+/// (Redis unreachable or too busy to answer in time, the connection being made again) is
+/// tried again for as long as a waiter rides out an outage (`watchdog_timeout`, or the
+/// waiter's wait if longer): a place left in the queue would stall the waiters behind it
+/// (by as much as the hold lasted, since the head keeps everyone's place while it asks), and
+/// an attempt still on the wire must find the fence set. Running the exit twice is harmless
+/// (the first run took the trace, so no later one undoes a hold).
+async fn leave(armed: &Armed, keep: bool, tried: oneshot::Sender<()>) {
     let Armed {
         lock,
         owner,
@@ -274,16 +341,23 @@ async fn leave(armed: &Armed) {
         on_the_wire,
     } = armed;
     on_the_wire.drained().await;
-    if !lock.engine.queue_exits.leaving(*id) {
+    if !keep && !lock.engine.queue_exits.leaving(*id) {
         // Another task of the owner still waits for the place.
         lock.engine.queue_exits.unregister(*id);
         return;
     }
-    let lapses = Instant::now() + Duration::from_millis(u64::try_from(*wait_ms).unwrap_or(0));
+    let wait = Duration::from_millis(u64::try_from(*wait_ms).unwrap_or(0));
+    let lapses = Instant::now() + wait.max(lock.engine.settings.watchdog_timeout);
+    let mut tried = Some(tried);
     let mut sent = 1;
     loop {
-        let call = Fair::leave_call(lock, owner, *wait_ms);
-        match lock.engine.run(call, &lock.name).await {
+        let fenced = on_the_wire.had_unknown();
+        let call = Fair::leave_call(lock, owner, *wait_ms, on_the_wire.mark(), (fenced, keep));
+        let outcome = lock.engine.run(call, &lock.name).await;
+        if let Some(tried) = tried.take() {
+            let _ = tried.send(());
+        }
+        match outcome {
             Ok(_) => break,
             // Shutting down: the shutdown takes the waiter out (it is still registered).
             Err(Error::Closed) => return,

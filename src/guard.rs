@@ -44,7 +44,8 @@ impl Lease {
 
     /// A hold that expires after `lease` unless released earlier (Redisson's `leaseTime`).
     /// It is never renewed: after it runs out another owner may take the lock while this one
-    /// still works. Counted in whole milliseconds.
+    /// still works. Counted in whole milliseconds. Its guard counts it as ended 5 ms early
+    /// (see [`LockGuard::lease_lost`]); a lease that short is lost as soon as it is taken.
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] when `lease` is under one millisecond or longer than
@@ -278,8 +279,14 @@ impl LockGuard {
     }
 
     /// Completes when the hold is known to be lost: the watchdog found it gone, or could not
-    /// reach Redis before the lease ran out, or (for a fixed lease) the lease ended.
-    /// Meant for `tokio::select!` beside the work the lock protects.
+    /// reach Redis before the lease ran out, or (for a fixed lease) the lease ended. A lease
+    /// counts as ended 5 ms before the key can expire on the server (a margin for the timer's
+    /// millisecond ticks), so this completes before another owner can take the lock, unless
+    /// the process is not run for longer than that. It also completes when the hold ends by
+    /// its release: the last of the owner's guards on this lock unlocked or dropped (a
+    /// re-entry's release leaves the hold to the others). Meant for `tokio::select!` beside
+    /// the work the lock protects; then [`unlock`](LockGuard::unlock) answers `NotHeld` at
+    /// once.
     ///
     /// # Cancel safety
     /// Cancel-safe; it only watches.

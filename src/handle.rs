@@ -39,7 +39,7 @@ impl Handle {
     /// `name` is the user's name; the client's prefix is applied here.
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] for an empty name.
+    /// [`Error::InvalidArgument`] for a name no lock can have (see `Engine::lock_keys`).
     pub(crate) fn new(engine: Arc<Engine>, name: &str, kind: impl Protocol) -> Result<Handle> {
         Handle::with_kind_of(engine, name, |_| kind)
     }
@@ -54,11 +54,8 @@ impl Handle {
         name: &str,
         kind: impl FnOnce(&LockKeys) -> P,
     ) -> Result<Handle> {
-        if name.is_empty() {
-            return Err(Error::invalid("a lock name must not be empty"));
-        }
+        let keys = engine.lock_keys(name)?;
         let prefix = &engine.settings.name_prefix;
-        let keys = LockKeys::new(&format!("{prefix}{name}"));
         let kind = kind(&keys);
         let wait = kind.default_wait();
         Ok(Handle {
@@ -199,6 +196,11 @@ impl Handle {
             })
         };
         match wait::acquire(engine, wake, deadline, attempt).await {
+            Ok(Some(guard)) if on_the_wire.had_unknown() => {
+                // An unanswered attempt may still run, after this hold's release.
+                exit.keep().await;
+                Ok(Some(guard))
+            }
             Ok(Some(guard)) => {
                 exit.disarm();
                 Ok(Some(guard))
@@ -229,7 +231,8 @@ impl Handle {
             let client = lock.engine.queueing_permit();
             client.map(|client| (client, wire.enter()))
         });
-        let call = lock.kind.acquire(lock, owner, lease_ms, wait);
+        let mut call = lock.kind.acquire(lock, owner, lease_ms, wait);
+        let wire = queued.map(|wire| wire.sign(&mut call));
         let script = call.script;
         let in_flight = InFlight::new(
             {
@@ -237,12 +240,10 @@ impl Handle {
                 boxed_in_place(|| async move {
                     let _permit = permit.transpose()?;
                     let (engine, key) = (&lock.engine, &lock.keys.raw);
-                    let (reply, confirmation) =
-                        (engine
-                            .replicas
-                            .run(&engine.scripts, &engine.redis, call, key))
-                        .await;
-                    let attempt = lock.kind.read_acquire(&lock, &owner, script, reply)?;
+                    let (reply, confirmation) = engine.send_confirmed(call, key).await;
+                    let attempt = lock.kind.read_acquire(&lock, &owner, script, reply);
+                    wire.inspect(|wire| wire.note(&attempt));
+                    let attempt = attempt?;
                     if let Attempt::Acquired(_) = attempt {
                         if let Err(error) = engine.confirm(confirmation, key, &lock.name).await {
                             // Undo exactly this acquisition: a failover could lose it.
@@ -294,6 +295,9 @@ impl Handle {
             let lock = &handle.lock;
             let lease_ms = handle.lease.millis(&lock.engine);
             let hold = lock.hold_key(&owner);
+            if lock.engine.watchdog.forget_if_lost(&hold) {
+                return Err(Error::not_held(&lock.name, &owner));
+            }
             let (generation, keep_alive) = lock.engine.watchdog.plan_unlock(&hold);
             let lease_ms = keep_alive.map_or(lease_ms, millis);
             match release_settled(lock, &owner, lease_ms, generation, By::Owner).await? {
@@ -511,7 +515,8 @@ macro_rules! exclusive_lock {
             ///
             /// # Errors
             /// [`Error::NotHeld`](crate::Error::NotHeld) when `owner` holds nothing (nothing
-            /// changes on the server); [`Error::Redis`](crate::Error::Redis) when Redis
+            /// changes on the server), at once and sending nothing when this client knows
+            /// the hold is lost (its lease ran out unrenewed); [`Error::Redis`](crate::Error::Redis) when Redis
             /// could not be reached even after resending (resending is safe: the unlock
             /// latch makes the release happen at most once).
             pub fn unlock(

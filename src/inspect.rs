@@ -11,10 +11,10 @@ use fred::types::config::Server;
 use fred::types::{ClusterHash, CustomCommand, Value};
 use uuid::Uuid;
 
+use crate::connection_name::{masters, CONNECTION_NAME_PREFIX};
 use crate::engine::Engine;
 use crate::error::{Error, Result};
 use crate::keys::{self, LockKeys, MODE_FIELD, WRITE_MODE};
-use crate::observe::CONNECTION_NAME_PREFIX;
 use crate::owner::LockOwner;
 use crate::script::{Call, INSPECT};
 
@@ -137,11 +137,7 @@ pub struct FoundLocks {
 
 /// Reads everything about the lock `name`.
 pub(crate) async fn inspect(engine: &Engine, name: &str) -> Result<LockState> {
-    if name.is_empty() {
-        return Err(Error::invalid("a lock name must not be empty"));
-    }
-    let raw = format!("{}{name}", engine.settings.name_prefix);
-    let keys = LockKeys::new(&raw);
+    let keys = engine.lock_keys(name)?;
     let call = Call::new(
         &INSPECT,
         &[
@@ -468,17 +464,22 @@ async fn scan(
 }
 
 /// The clients of this crate connected now, by client id, with their address: every
-/// connection named `redisson-lock:<uuid>` in `CLIENT LIST` (of the node the command
-/// reaches, on a cluster).
+/// connection named `redisson-lock:<uuid>` in `CLIENT LIST`, of every master on a cluster
+/// (a client names its connection to each).
 pub(crate) async fn connected_lock_clients(engine: &Engine) -> Result<HashMap<Uuid, String>> {
-    let command = CustomCommand::new_static("CLIENT", ClusterHash::Random, false);
-    let list: Value = engine
-        .redis
-        .custom(command, vec![Value::from("LIST")])
-        .await?;
-    let list = list.as_string().unwrap_or_default();
+    let redis = &engine.redis;
+    let lists = match masters(redis) {
+        Some(masters) => {
+            let mut lists = Vec::with_capacity(masters.len());
+            for master in masters {
+                lists.push(client_list(&redis.with_cluster_node(master)).await?);
+            }
+            lists
+        }
+        None => vec![client_list(redis).await?],
+    };
     let mut clients = HashMap::new();
-    for line in list.lines() {
+    for line in lists.iter().flat_map(|list| list.lines()) {
         let field = |name: &str| {
             line.split(' ')
                 .find_map(|pair| pair.strip_prefix(name)?.strip_prefix('='))
@@ -491,6 +492,13 @@ pub(crate) async fn connected_lock_clients(engine: &Engine) -> Result<HashMap<Uu
         }
     }
     Ok(clients)
+}
+
+/// `CLIENT LIST` of the server `redis` sends to.
+async fn client_list(redis: &impl ClientLike) -> Result<String> {
+    let command = CustomCommand::new_static("CLIENT", ClusterHash::Random, false);
+    let list: Value = redis.custom(command, vec![Value::from("LIST")]).await?;
+    Ok(list.as_string().unwrap_or_default())
 }
 
 #[cfg(test)]

@@ -30,6 +30,23 @@ fn braces(name: &str) -> (&'static str, &'static str) {
     }
 }
 
+/// Why the keys of the lock `raw` (the prefixed name) would not share one cluster slot, if
+/// they would not. Redis hashes a key by its first `{` and the first `}` after it when they
+/// enclose something, and by the whole key otherwise; [`prefix_name`] adds braces only to a
+/// name without `{`. So a name with a `{` needs such a tag, and a name without one must not
+/// contain `}` (the added braces would close at it).
+pub(crate) fn split_slots(raw: &str) -> Option<&'static str> {
+    match raw.find('{') {
+        Some(open) => match raw[open + 1..].find('}') {
+            None => Some("its first `{` has no `}` after it"),
+            Some(0) => Some("its first `{` opens an empty tag `{}`"),
+            Some(_) => None,
+        },
+        None if raw.contains('}') => Some("it has a `}` but no `{`"),
+        None => None,
+    }
+}
+
 /// `parts` in one string of exactly their length: a name kept for the lock's life (or
 /// turned into shared text) then carries no spare capacity.
 fn joined(parts: &[&str]) -> String {
@@ -73,6 +90,22 @@ impl LockKeys {
     /// `redisson_lock_timeout:{raw}`: the fair lock's waiter deadlines.
     pub(crate) fn fair_timeouts(&self) -> String {
         prefix_name("redisson_lock_timeout", &self.raw)
+    }
+
+    /// `redisson_lock_left:{raw}:<owner field>:<wait id>`: a fair waiter's fence, set when it
+    /// leaves (this client's own key, see `lua/fair_acquire.lua`).
+    pub(crate) fn fair_fence(&self, owner_field: &str, wait_id: u64) -> String {
+        let base = prefix_name("redisson_lock_left", &self.raw);
+        format!("{base}:{owner_field}:{wait_id}")
+    }
+
+    /// `redisson_lock_took:{raw}:<owner field>`: which wait of the owner took its last new
+    /// fair hold (this client's own key, see `lua/fair_acquire.lua`).
+    pub(crate) fn fair_trace(&self, owner_field: &str) -> String {
+        format!(
+            "{}:{owner_field}",
+            prefix_name("redisson_lock_took", &self.raw)
+        )
     }
 
     /// `redisson_lock__channel:{raw}:<owner field>`: one fair waiter's own channel.
@@ -150,6 +183,16 @@ mod tests {
     fn name_mapper_prefix_is_part_of_the_raw_name() {
         let k = LockKeys::new("app1:orders");
         assert_eq!(&*k.channel, "redisson_lock__channel:{app1:orders}");
+    }
+
+    #[test]
+    fn tells_names_whose_keys_would_split_across_slots() {
+        for split in ["a{}b", "x{y", "{}", "a}b", "}", "{}{z}", "a{b"] {
+            assert!(split_slots(split).is_some(), "{split}");
+        }
+        for whole in ["orders", "{user:7}:cart", "x}{y}", "{t}{}", "a{b}c}", "{{}"] {
+            assert_eq!(split_slots(whole), None, "{whole}");
+        }
     }
 
     #[test]

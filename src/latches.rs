@@ -9,8 +9,9 @@
 //! (or a first send that arrives after its resend) only ever replays its own outcome. A key is reused only when its release was answered at
 //! its first send: then no other send of that request exists that could still run later.
 //! The keys of a handle are deleted when the handle is dropped, by one task per client that
-//! gathers them and UNLINKs them together, grouped by cluster slot; a key that is not reused
-//! (its release needed a resend) or whose deletion fails expires with its TTL.
+//! gathers them and UNLINKs them together: up to [`BATCH_SIZE`] keys per command on one
+//! server, one command per cluster slot on a cluster, the commands sent together. A key that
+//! is not reused (its release needed a resend) or whose deletion fails expires with its TTL.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -22,13 +23,16 @@ use fred::interfaces::KeysInterface;
 use fred::types::Value;
 use parking_lot::Mutex;
 use tokio::sync::{watch, Notify};
+use tokio::task::JoinSet;
 
 use crate::keys::LockKeys;
 
 /// How long the task waits for more keys before deleting a batch.
 const GATHER: Duration = Duration::from_millis(2);
-/// At most this many keys per UNLINK.
-const BATCH_SIZE: usize = 100;
+/// At most this many keys per UNLINK (Redis runs nothing else meanwhile: about 0.1 ms).
+const BATCH_SIZE: usize = 500;
+/// At most this many UNLINKs on the wire at once.
+const IN_FLIGHT: usize = 16;
 
 /// One release's latch: the key it records its outcome in, and its request id.
 pub(crate) struct Latch {
@@ -84,37 +88,93 @@ impl Latches {
         }
     }
 
-    /// Deletes retired keys until `shutdown` turns true.
-    pub(crate) async fn run(self: Arc<Self>, redis: Client, mut shutdown: watch::Receiver<bool>) {
+    /// Deletes retired keys until `shutdown` turns true. `by_slot`: each command's keys must
+    /// share a cluster slot (a cluster, or a proxy in front of one).
+    pub(crate) async fn run(
+        self: Arc<Self>,
+        redis: Client,
+        by_slot: bool,
+        mut shutdown: watch::Receiver<bool>,
+    ) {
         loop {
             tokio::select! {
                 _ = self.wake.notified() => {}
                 _ = shutdown.changed() => return,
             }
             tokio::time::sleep(GATHER).await;
-            let retired = std::mem::take(&mut *self.retired.lock());
-            let mut by_slot: HashMap<u16, Vec<Value>> = HashMap::new();
-            for key in retired {
-                let slot = key.as_bytes().map_or(0, fred::util::redis_keyslot);
-                by_slot.entry(slot).or_default().push(key);
-            }
-            for (_, mut keys) in by_slot {
-                while !keys.is_empty() {
-                    let rest = keys.split_off(keys.len().min(BATCH_SIZE));
-                    let names: Vec<String> = keys.iter().filter_map(Value::as_string).collect();
-                    if let Err(error) = redis.unlink::<Value, _>(names).await {
-                        tracing::debug!(%error, "deleting unlock latches failed; they expire");
-                    }
-                    keys = rest;
+            // Keys retired while a round was deleting are deleted in the next one at once.
+            loop {
+                let retired = std::mem::take(&mut *self.retired.lock());
+                if retired.is_empty() {
+                    break;
                 }
+                delete(&redis, batches(retired, by_slot)).await;
             }
         }
     }
 }
 
+/// `keys` in batches for UNLINK: at most [`BATCH_SIZE`] each, and of one slot each when
+/// `by_slot`.
+fn batches(keys: Vec<Value>, by_slot: bool) -> Vec<Vec<Value>> {
+    let groups = if by_slot {
+        let mut groups: HashMap<u16, Vec<Value>> = HashMap::new();
+        for key in keys {
+            let slot = key.as_bytes().map_or(0, fred::util::redis_keyslot);
+            groups.entry(slot).or_default().push(key);
+        }
+        groups.into_values().collect()
+    } else {
+        vec![keys]
+    };
+    let mut batches = Vec::new();
+    for mut keys in groups {
+        while keys.len() > BATCH_SIZE {
+            let rest = keys.split_off(BATCH_SIZE);
+            batches.push(std::mem::replace(&mut keys, rest));
+        }
+        batches.push(keys);
+    }
+    batches
+}
+
+/// UNLINKs each batch, up to [`IN_FLIGHT`] at once: one after another, a round trip each, the
+/// deletes fall behind the drops of a busy client.
+async fn delete(redis: &Client, batches: Vec<Vec<Value>>) {
+    let mut sending = JoinSet::new();
+    for batch in batches {
+        if sending.len() >= IN_FLIGHT {
+            sending.join_next().await;
+        }
+        let redis = redis.clone();
+        sending.spawn(async move {
+            let names: Vec<String> = batch.iter().filter_map(Value::as_string).collect();
+            if let Err(error) = redis.unlink::<Value, _>(names).await {
+                tracing::debug!(%error, "deleting unlock latches failed; they expire");
+            }
+        });
+    }
+    while sending.join_next().await.is_some() {}
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn latches_are_deleted_in_batches_of_one_slot_only_where_they_must() {
+        let keys = |names: &[String]| names.iter().map(|n| Value::from(n.as_str())).collect();
+        let names: Vec<String> = (0..1200).map(|i| format!("latch:{{n{i}}}:x")).collect();
+        let batches = batches(keys(&names), false);
+        let sizes: Vec<usize> = batches.iter().map(Vec::len).collect();
+        assert_eq!(sizes, [BATCH_SIZE, BATCH_SIZE, 1200 - 2 * BATCH_SIZE]);
+        for batch in super::batches(keys(&names), true) {
+            let slot = |key: &Value| fred::util::redis_keyslot(key.as_bytes().unwrap());
+            assert!(batch.iter().all(|key| slot(key) == slot(&batch[0])));
+        }
+        let one_slot: Vec<String> = (0..1200).map(|i| format!("latch:{{n}}:{i}")).collect();
+        assert_eq!(super::batches(keys(&one_slot), true).len(), 3);
+    }
 
     #[test]
     fn latch_keys_and_request_ids_are_distinct() {

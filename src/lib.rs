@@ -1,4 +1,18 @@
+// The README's links name files of the source tree; in rustdoc (and on docs.rs) these
+// definitions, which come first and so win, send them to the packaged files instead.
+#![doc = "[benchmarks]: https://docs.rs/crate/redisson-lock/latest/source/docs/benchmarks.md"]
+#![doc = "[changelog]: https://docs.rs/crate/redisson-lock/latest/source/docs/changelog.md"]
+#![doc = "[choosing]: https://docs.rs/crate/redisson-lock/latest/source/docs/choosing.md"]
+#![doc = "[compatibility]: https://docs.rs/crate/redisson-lock/latest/source/docs/compatibility.md"]
+#![doc = "[design]: https://docs.rs/crate/redisson-lock/latest/source/docs/design.md"]
+#![doc = "[java-and-rust]: https://docs.rs/crate/redisson-lock/latest/source/docs/java-and-rust.md"]
+#![doc = "[operations]: https://docs.rs/crate/redisson-lock/latest/source/docs/operations.md"]
+#![doc = "[protocol]: https://docs.rs/crate/redisson-lock/latest/source/docs/protocol.md"]
+#![doc = "[reliability]: https://docs.rs/crate/redisson-lock/latest/source/docs/reliability.md"]
+#![doc = "[topologies]: https://docs.rs/crate/redisson-lock/latest/source/docs/topologies.md"]
+#![doc = ""]
 #![doc = include_str!("../README.md")]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![forbid(unsafe_code)]
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 #![deny(rustdoc::broken_intra_doc_links)]
@@ -6,8 +20,11 @@
 mod attempt;
 mod backoff;
 #[cfg(feature = "blocking")]
+#[cfg_attr(docsrs, doc(cfg(feature = "blocking")))]
 pub mod blocking;
+mod builder;
 mod client;
+mod connection_name;
 mod connection_tasks;
 mod engine;
 mod error;
@@ -33,12 +50,14 @@ mod script;
 mod sentinel;
 mod spin_lock;
 mod time;
+mod url;
 mod wait;
 mod waiters;
 mod watchdog;
 
 pub use backoff::Backoff;
-pub use client::{LockClient, LockClientBuilder};
+pub use builder::LockClientBuilder;
+pub use client::LockClient;
 pub use error::{Error, Result};
 pub use fair_lock::FairLock;
 pub use fenced_lock::{FencedGuard, FencedLock};

@@ -8,11 +8,6 @@
 //! are too many); they are span fields. This module sits below every other: it takes names
 //! and kinds as plain strings.
 
-use fred::clients::Client;
-use fred::interfaces::ClientLike;
-use fred::types::{ClusterHash, CustomCommand, Value};
-use uuid::Uuid;
-
 #[cfg(feature = "metrics")]
 use crate::error::Error;
 use crate::error::Result;
@@ -46,11 +41,6 @@ mod name {
     /// (`commands`, `scripts`, `subscriber`).
     pub(super) const CONNECTION_RESTARTS: &str = "redisson_lock_connection_restarts_total";
 }
-
-/// The prefix of the name this crate gives its command connection (`CLIENT SETNAME`):
-/// `redisson-lock:<client uuid>`, so that operators (and the CLI) can tell which owners
-/// belong to a connected client of this crate.
-pub(crate) const CONNECTION_NAME_PREFIX: &str = "redisson-lock:";
 
 /// When something began, for a duration metric; empty without the `metrics` feature.
 #[derive(Clone, Copy, Debug)]
@@ -228,17 +218,4 @@ pub(crate) fn connection_restarted(connection: &'static str) {
 pub(crate) fn resubscribed_after_slot_move() {
     #[cfg(feature = "metrics")]
     metrics::counter!(name::RESUBSCRIPTIONS).increment(1);
-}
-
-/// Names the client's command connection `redisson-lock:<client uuid>`. Best effort: a
-/// server that refuses (an ACL without `CLIENT`) leaves it unnamed, and a reconnect loses
-/// the name (the CLI then reports the owner's side as unknown, never a wrong one). On a
-/// cluster only the node the command reaches is told.
-pub(crate) async fn name_connection(redis: &Client, client_id: Uuid) {
-    let name = format!("{CONNECTION_NAME_PREFIX}{}", client_id.hyphenated());
-    let command = CustomCommand::new_static("CLIENT", ClusterHash::Random, false);
-    let args = vec![Value::from("SETNAME"), Value::from(name)];
-    if let Err(error) = redis.custom::<Value, Value>(command, args).await {
-        tracing::debug!(%error, "naming the command connection failed");
-    }
 }

@@ -17,6 +17,13 @@ use crate::keys::Str;
 /// Make owners with [`LockClient::new_owner`](crate::LockClient::new_owner). Cloning an owner
 /// shares its reentrancy (for example across spawned tasks that work for the same caller);
 /// lock handles carry no owner, so cloning a handle never does.
+///
+/// An owner is an identity, not a connection: the locks of any client accept it, as the
+/// members of a [`RedLock`](crate::RedLock) on independent servers must. A hold is renewed by
+/// the client whose lock took it (its watchdog renews the owner's field, whatever UUID that
+/// field carries), the same owner re-enters through another client's lock (the count goes to
+/// 2), and every other owner stays excluded. Two owners are the same only when both parts
+/// are: owners of two clients never collide.
 #[derive(Clone)]
 pub struct LockOwner {
     client_id: Uuid,

@@ -5,6 +5,7 @@
 //! renewed.
 
 use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use fred::clients::Client;
@@ -17,7 +18,7 @@ use tokio::sync::{OwnedRwLockReadGuard, RwLock};
 use crate::attempt::{Attempt, Reply, Taken};
 use crate::backoff::Pace;
 use crate::engine::Engine;
-use crate::error::{map_redis_error, Result};
+use crate::error::{map_redis_error, Error, Result};
 use crate::keys::{LockKeys, Str};
 use crate::owner::LockOwner;
 use crate::script::{static_arg, BoxFuture, Call, Script};
@@ -155,19 +156,77 @@ pub(crate) struct Place {
 /// The acquire attempts of one waiter in a line that are on the wire. Its exit waits for
 /// them: an attempt sent late (after reading the replica count, or after loading its script
 /// again) and answered after the exit would put the waiter back in the line for good.
-#[derive(Clone, Default)]
-pub(crate) struct OnTheWire(Arc<RwLock<()>>);
+///
+/// An attempt whose answer never came (a command timeout, a lost connection) may still run
+/// later, whatever the client waits for. So every attempt carries the waiter's
+/// [`WaitMark`]: the exit sets the wait's fence, which makes such an attempt do nothing, and
+/// undoes a hold one of them took (see `lua/fair_acquire.lua`).
+#[derive(Clone)]
+pub(crate) struct OnTheWire(Arc<Wire>);
+
+struct Wire {
+    gate: Arc<RwLock<()>>,
+    mark: WaitMark,
+    /// Whether an attempt's answer never came.
+    unknown: AtomicBool,
+}
+
+/// What identifies one wait on the server: the keys and argument every attempt of it
+/// carries, and its exit too.
+pub(crate) struct WaitMark {
+    /// The fence, set by the exit: an attempt of this wait that runs later does nothing.
+    pub(crate) fence: Value,
+    /// The owner's trace: which wait took the owner's last new hold.
+    pub(crate) trace: Value,
+    /// This wait's id.
+    pub(crate) id: Value,
+}
 
 impl OnTheWire {
+    pub(crate) fn new(mark: WaitMark) -> OnTheWire {
+        OnTheWire(Arc::new(Wire {
+            gate: Arc::default(),
+            mark,
+            unknown: AtomicBool::new(false),
+        }))
+    }
+
     /// Held by an attempt until its reply is in (in the background when its caller gave
     /// up); `None` once the exit has begun, when no attempt is made any more.
     pub(crate) fn enter(&self) -> Option<OwnedRwLockReadGuard<()>> {
-        self.0.clone().try_read_owned().ok()
+        self.0.gate.clone().try_read_owned().ok()
     }
 
     /// Returns once no attempt is on the wire.
     pub(crate) async fn drained(&self) {
-        drop(self.0.write().await);
+        drop(self.0.gate.write().await);
+    }
+
+    /// Adds the wait's fence and trace keys and its id to an acquire attempt (see
+    /// `lua/fair_acquire.lua`); the attempt keeps the returned copy.
+    pub(crate) fn sign(&self, call: &mut Call) -> OnTheWire {
+        let mark = &self.0.mark;
+        call.push_key(mark.fence.clone());
+        call.push_key(mark.trace.clone());
+        call.push_args([mark.id.clone()]);
+        self.clone()
+    }
+
+    pub(crate) fn mark(&self) -> &WaitMark {
+        &self.0.mark
+    }
+
+    /// Notes what an attempt answered: an error that may mean its answer never came (a
+    /// timeout, a lost connection) leaves it unknown, and it may still run.
+    pub(crate) fn note<T>(&self, attempt: &Result<T>) {
+        if attempt.as_ref().is_err_and(Error::is_retryable) {
+            self.0.unknown.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// Whether an attempt's answer never came.
+    pub(crate) fn had_unknown(&self) -> bool {
+        self.0.unknown.load(Ordering::Relaxed)
     }
 }
 
@@ -175,7 +234,12 @@ impl OnTheWire {
 pub(crate) trait Exit: Send {
     /// The waiter got the lock, which took it out of the line.
     fn disarm(self: Box<Self>);
-    /// The waiter gave up: leave now.
+    /// The waiter got the lock after an attempt whose answer never came: sets the wait's
+    /// fence (an attempt still on the wire must not take the lock again once this hold is
+    /// released), keeping the hold. Completes once the fence is set, or could not be.
+    fn keep(self: Box<Self>) -> BoxFuture<()>;
+    /// The waiter gave up: leave now. Completes after the first try; when that fails, the
+    /// exit is tried again in the background.
     fn leave(self: Box<Self>) -> BoxFuture<()>;
 }
 

@@ -14,6 +14,7 @@
 use fred::clients::Client;
 use fred::error::{Error as RedisError, ErrorKind};
 use fred::interfaces::{ClientLike, ClusterInterface};
+use fred::types::cluster::ClusterRouting;
 use fred::types::config::{Options, Server};
 use fred::types::{Builder, ClusterHash, ConnectHandle, CustomCommand, Value};
 
@@ -42,6 +43,49 @@ pub(crate) async fn script_client(redis: &Client) -> Result<(Client, ConnectHand
             // Connected to some masters, perhaps: fred keeps those until QUIT.
             let _ = client.quit().await;
             Err(error)
+        }
+    }
+}
+
+/// Whether the cluster's slot map differs from `known` (a client's copy), by `CLUSTER SLOTS`
+/// asked of one of its masters over `redis`'s open connection to it. fred's own reading of the
+/// map (`sync_cluster`) opens a new connection each time, so a check once a second reads it
+/// this way, and leaves fred to read it only when it changed. `true` when the map cannot be
+/// read within `limit`, so that fred reads it.
+pub(crate) async fn slot_map_changed(
+    redis: &Client,
+    known: Option<ClusterRouting>,
+    limit: std::time::Duration,
+) -> bool {
+    let Some(known) = known else {
+        return true;
+    };
+    let Some(node) = known.random_node().cloned() else {
+        return true;
+    };
+    let command = CustomCommand::new_static("CLUSTER", ClusterHash::Random, false);
+    let to_node = Options {
+        cluster_node: Some(node.clone()),
+        ..Default::default()
+    };
+    let asked = redis.with_options(&to_node);
+    let reading = asked.custom::<Value, _>(command, vec![Value::from("SLOTS")]);
+    let read = match tokio::time::timeout(limit, reading).await {
+        Ok(Ok(slots)) => ClusterRouting::from_cluster_slots(slots, node.host.clone()),
+        Ok(Err(error)) => Err(error),
+        Err(_) => return true,
+    };
+    let primaries = |routing: &ClusterRouting| {
+        let slots = routing.slots().iter();
+        slots
+            .map(|range| (range.start, range.end, range.primary.clone()))
+            .collect::<Vec<_>>()
+    };
+    match read {
+        Ok(read) => primaries(&read) != primaries(&known),
+        Err(error) => {
+            tracing::debug!(%error, %node, "reading the cluster's slots failed");
+            true
         }
     }
 }

@@ -75,8 +75,9 @@ pub(crate) async fn release_settled(
 /// a second timeout before failing, as Redisson retries a release once.
 pub(crate) async fn replicated(lock: &Target, confirmation: Confirmation) -> Result<()> {
     let (engine, key, name) = (&lock.engine, &lock.keys.raw, &lock.name);
+    let again = confirmation.again();
     match engine.confirm(confirmation, key, name).await {
-        Err(Error::NotReplicated { .. }) => engine.confirm(Confirmation::Later, key, name).await,
+        Err(Error::NotReplicated { .. }) => engine.confirm(again, key, name).await,
         done => done,
     }
 }

@@ -14,16 +14,17 @@ use std::time::Duration;
 
 use fred::clients::Client;
 use fred::error::{Error as RedisError, ErrorKind};
-use fred::interfaces::{ClientLike, ClusterInterface};
+use fred::interfaces::{ClientLike, ClusterInterface, EventInterface};
 use fred::types::cluster::ClusterRouting;
 use fred::types::config::{Options, Server};
-use fred::types::{ClusterHash, CustomCommand, Value};
+use fred::types::{ClusterHash, ClusterStateChange, CustomCommand, Value};
 use parking_lot::Mutex;
+use tokio::sync::broadcast::{self, error::TryRecvError};
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 use crate::error::{map_redis_error, Error, Result};
-use crate::script::{slot_of, Call, ScriptRunner};
+use crate::script::{slot_of, BoxFuture, Call, ScriptRunner};
 use crate::time::millis;
 
 /// How long a master's replica count is trusted before INFO is asked again.
@@ -33,6 +34,7 @@ pub(crate) struct Replicas {
     /// `None`: the check is off.
     timeout: Option<Duration>,
     cache: Mutex<Cache>,
+    connections: Mutex<Connections>,
     waits: Arc<Waits>,
 }
 
@@ -66,8 +68,9 @@ struct Request {
 impl Request {
     async fn send(&self) -> Acknowledged {
         // Declared non-blocking, so fred keeps pipelining other commands meanwhile; the
-        // server answers them after this one. Routed by a key's slot, it reaches the master
-        // (and the connection) that ran the scripts.
+        // server answers them after this one. Sent to the master the scripts it stands for
+        // were sent to (on a cluster, named: fred's slot map may have changed since), on the
+        // client's one connection to it, which carried them.
         let wait = CustomCommand::new_static("WAIT", ClusterHash::Custom(self.slot), false);
         let args = vec![
             Value::from(self.replicas),
@@ -77,6 +80,7 @@ impl Request {
         // replicas that never got the writes it stands for.
         let once = Options {
             max_attempts: Some(1),
+            cluster_node: self.master.clone(),
             ..Default::default()
         };
         self.redis.with_options(&once).custom(wait, args).await
@@ -88,9 +92,38 @@ pub(crate) enum Confirmation {
     /// The check is off, or the master has no replica.
     Needless,
     /// What the WAIT sent right behind the script answered.
-    Answered(Acknowledged),
+    Answered(Acknowledged, Written),
     /// To be asked after the reply.
-    Later,
+    Later(Written),
+}
+
+/// Where a script that must be confirmed went, and how many connections the client had
+/// made before it was sent.
+#[derive(Clone)]
+pub(crate) struct Written {
+    /// The master it was sent to last, when it was named (on a cluster; see
+    /// [`Request::send`]).
+    node: Option<Server>,
+    connections: u64,
+}
+
+impl Confirmation {
+    /// A second confirmation of the same write: a WAIT to the same master.
+    pub(crate) fn again(&self) -> Confirmation {
+        match self {
+            Confirmation::Needless => Confirmation::Needless,
+            Confirmation::Answered(_, written) | Confirmation::Later(written) => {
+                Confirmation::Later(written.clone())
+            }
+        }
+    }
+}
+
+/// fred's news of every connection the scripts' client made, counted.
+#[derive(Default)]
+struct Connections {
+    news: Option<broadcast::Receiver<Server>>,
+    made: u64,
 }
 
 impl Waits {
@@ -188,6 +221,9 @@ struct Cache {
     /// A copy of the client's slot map, and when it was taken: fred hands out copies of the
     /// whole map, too costly for every lock operation.
     routing: Option<(Option<ClusterRouting>, Instant)>,
+    /// fred's news of each reading of its slot map: the copy is taken again after one, so
+    /// that a script goes to the master fred's map names.
+    changes: Option<broadcast::Receiver<Vec<ClusterStateChange>>>,
 }
 
 impl Cache {
@@ -197,8 +233,16 @@ impl Cache {
         if !redis.is_clustered() {
             return None;
         }
+        let changes = (self.changes).get_or_insert_with(|| redis.cluster_change_rx());
+        let mut changed = false;
+        while !matches!(
+            changes.try_recv(),
+            Err(TryRecvError::Empty | TryRecvError::Closed)
+        ) {
+            changed = true;
+        }
         let fresh = (self.routing.as_ref()).is_some_and(|(_, read_at)| now - *read_at < COUNT_TTL);
-        if !fresh {
+        if changed || !fresh {
             self.routing = Some((redis.cached_cluster_state(), now));
         }
         let (routing, _) = self.routing.as_ref()?;
@@ -211,6 +255,7 @@ impl Replicas {
         Replicas {
             timeout,
             cache: Mutex::default(),
+            connections: Mutex::default(),
             waits: Arc::default(),
         }
     }
@@ -218,19 +263,27 @@ impl Replicas {
     /// Runs `call`, a lock script on the lock `name` stored at `key`. When a replica must
     /// confirm writes to its master and no WAIT is in flight there, a WAIT goes right behind
     /// the script. Returns the script's reply and what confirms its write (see
-    /// [`confirm`](Self::confirm)); the caller tells from the reply whether it wrote.
+    /// [`confirm`](Self::confirm)); the caller tells from the reply whether it wrote. When
+    /// the master's replica count cannot be read, the script is not sent and the reply is
+    /// that error, saying so.
+    ///
+    /// Every WAIT goes through `scripts`' own client, to the master the script was sent to:
+    /// on the one connection that carried the script's write there. A WAIT on any other
+    /// connection would be answered without regard to that write.
     pub(crate) async fn run(
         &self,
         scripts: &ScriptRunner,
-        redis: &Client,
         call: Call,
         key: &str,
     ) -> (Result<Value, RedisError>, Confirmation) {
+        let redis = scripts.client();
         let Some(timeout) = self.timeout else {
             return (scripts.run(call).await, Confirmation::Needless);
         };
+        let connections = self.connections_made(redis);
+        let written = |node| Written { node, connections };
         let slot = slot_of(redis, key.as_bytes());
-        let request = match self.count(redis, slot).await {
+        let request = match self.count(redis, slot, None).await {
             Ok((_, 0)) => {
                 return (scripts.run(call).await, Confirmation::Needless);
             }
@@ -241,21 +294,28 @@ impl Replicas {
                 replicas,
                 timeout,
             },
-            // Asked again by `confirm`, where the error is reported.
-            Err(_) => return (scripts.run(call).await, Confirmation::Later),
+            // Nothing is sent: the write could not be confirmed.
+            Err(error) => return (Err(error), Confirmation::Needless),
         };
-        let Some(next) = self.waits.lead(&request) else {
-            return (scripts.run(call).await, Confirmation::Later);
+        // The script goes to the master its WAIT goes to, whether it leads one or not.
+        let master = request.master.clone();
+        let behind: BoxFuture<Option<Acknowledged>> = match self.waits.lead(&request) {
+            Some(next) => Box::pin(async move {
+                let acknowledged = request.send().await;
+                drop(next);
+                Some(acknowledged)
+            }),
+            None => Box::pin(std::future::ready(None)),
         };
-        let behind = Box::pin(async move {
-            let acknowledged = request.send().await;
-            drop(next);
-            acknowledged
-        });
-        match scripts.run_followed(call, behind).await {
-            (reply, Some(acknowledged)) => (reply, Confirmation::Answered(acknowledged)),
-            // The WAIT went behind a refused EVALSHA, not the one that ran.
-            (reply, None) => (reply, Confirmation::Later),
+        let sent = scripts.run_followed(call, master, behind).await;
+        match sent.behind {
+            Some(Some(acknowledged)) => {
+                let confirmation = Confirmation::Answered(acknowledged, written(sent.node));
+                (sent.reply, confirmation)
+            }
+            // A WAIT is in flight there, or the one sent went behind an EVALSHA that was
+            // redirected or refused, not the one that ran.
+            _ => (sent.reply, Confirmation::Later(written(sent.node))),
         }
     }
 
@@ -267,18 +327,46 @@ impl Replicas {
     pub(crate) async fn confirm(
         &self,
         confirmation: Confirmation,
-        redis: &Client,
+        scripts: &ScriptRunner,
         key: &str,
         name: &str,
     ) -> Result<()> {
-        match confirmation {
-            Confirmation::Needless => Ok(()),
-            Confirmation::Answered(acknowledged) => {
+        let redis = scripts.client();
+        let written = match confirmation {
+            Confirmation::Needless => return Ok(()),
+            Confirmation::Answered(acknowledged, written) => {
                 let acknowledged = acknowledged.map_err(|e| map_redis_error(e, name))?;
-                self.check(acknowledged, name)
+                self.check(acknowledged, name)?;
+                written
             }
-            // Boxed, as rare: see `count`.
-            Confirmation::Later => Box::pin(self.acknowledged(redis, key, name)).await,
+            Confirmation::Later(written) => {
+                // Boxed, as rare: see `count`.
+                let node = written.node.clone();
+                Box::pin(self.acknowledged(redis, key, node, name)).await?;
+                written
+            }
+        };
+        // A connection made since the script was sent may have carried the WAIT, which
+        // then stood for none of its write (fred announces a connection before it writes
+        // on it, so the news is here by the time the WAIT's answer is).
+        if self.connections_made(redis) == written.connections {
+            Ok(())
+        } else {
+            self.check(0, name)
+        }
+    }
+
+    /// How many connections the scripts' client `redis` made since the first call.
+    fn connections_made(&self, redis: &Client) -> u64 {
+        let mut connections = self.connections.lock();
+        let Connections { news, made } = &mut *connections;
+        let news = news.get_or_insert_with(|| redis.reconnect_rx());
+        loop {
+            match news.try_recv() {
+                Ok(_) => *made += 1,
+                Err(TryRecvError::Lagged(missed)) => *made += missed,
+                Err(TryRecvError::Empty | TryRecvError::Closed) => return *made,
+            }
         }
     }
 
@@ -292,19 +380,26 @@ impl Replicas {
         }
     }
 
-    /// Waits until a replica of the master serving `key` has every write this client sent
-    /// it so far; at once when the check is off or the master has no replica.
+    /// Waits until a replica of `node` (by default the master serving `key`) has every
+    /// write this client sent it so far; at once when the check is off or the master has no
+    /// replica.
     ///
     /// # Errors
     /// [`Error::NotReplicated`] naming `name` when no replica confirmed within the timeout;
     /// [`Error::Redis`] when the master cannot be asked.
-    async fn acknowledged(&self, redis: &Client, key: &str, name: &str) -> Result<()> {
+    async fn acknowledged(
+        &self,
+        redis: &Client,
+        key: &str,
+        node: Option<Server>,
+        name: &str,
+    ) -> Result<()> {
         let Some(timeout) = self.timeout else {
             return Ok(());
         };
         let slot = slot_of(redis, key.as_bytes());
         let (master, replicas) = self
-            .count(redis, slot)
+            .count(redis, slot, node)
             .await
             .map_err(|e| map_redis_error(e, name))?;
         if replicas == 0 {
@@ -325,13 +420,19 @@ impl Replicas {
         self.check(acknowledged, name)
     }
 
-    /// The master serving `slot` and its connected replicas, read by INFO at most once per
+    /// `node` (by default the master serving `slot`) and its connected replicas, read by
+    /// INFO (on a cluster whose user may not run it, from `CLUSTER NODES`) at most once per
     /// [`COUNT_TTL`].
-    async fn count(&self, redis: &Client, slot: u16) -> Result<(Option<Server>, i64), RedisError> {
+    async fn count(
+        &self,
+        redis: &Client,
+        slot: u16,
+        node: Option<Server>,
+    ) -> Result<(Option<Server>, i64), RedisError> {
         let master = {
             let now = Instant::now();
             let mut cache = self.cache.lock();
-            let master = cache.master(redis, slot, now);
+            let master = node.or_else(|| cache.master(redis, slot, now));
             if let Some((count, read_at)) = cache.counts.get(&master) {
                 if now - *read_at < COUNT_TTL {
                     return Ok((master, *count));
@@ -342,17 +443,70 @@ impl Replicas {
         // Boxed: fred's command futures are large, and every lock operation's future would
         // carry (and move) this rare one's state.
         let info = CustomCommand::new_static("INFO", ClusterHash::Custom(slot), false);
+        let to_master = Options {
+            cluster_node: master.clone(),
+            ..Default::default()
+        };
+        let redis = redis.with_options(&to_master);
         let reading = redis.custom::<String, _>(info, vec![Value::from("replication")]);
-        let text = Box::pin(reading).await?;
-        let count = text
-            .lines()
-            .find_map(|line| line.strip_prefix("connected_slaves:"))
-            .and_then(|count| count.trim().parse().ok())
-            .unwrap_or(0);
+        let count = match Box::pin(reading).await {
+            Ok(text) => text
+                .lines()
+                .find_map(|line| line.strip_prefix("connected_slaves:"))
+                .and_then(|count| count.trim().parse().ok())
+                .unwrap_or(0),
+            // A user without `@dangerous` commands: the cluster's node list has the replicas.
+            Err(error) if is_refused(&error) && redis.is_clustered() => {
+                Box::pin(listed_replicas(&redis, slot)).await?
+            }
+            Err(error) => return Err(explained(error)),
+        };
         self.cache
             .lock()
             .counts
             .insert(master.clone(), (count, Instant::now()));
         Ok((master, count))
     }
+}
+
+/// Whether the server refused a command to this user (ACL).
+fn is_refused(error: &RedisError) -> bool {
+    error.details().starts_with("NOPERM")
+}
+
+/// `error`, met reading a master's replica count, saying so, and what to do when the user
+/// may not run INFO. Its first words stay the server's, which tell retryable errors.
+fn explained(error: RedisError) -> RedisError {
+    let advice = if is_refused(&error) {
+        "; grant the user `+info`, or turn the check off with `wait_for_replicas(None)`"
+    } else {
+        ""
+    };
+    let details = format!(
+        "{} (the replica check reads the master's replica count with `INFO replication`; \
+         nothing was written{advice})",
+        error.details()
+    );
+    RedisError::new(error.kind().clone(), details)
+}
+
+/// The replicas that `CLUSTER NODES`, asked of the master serving `slot`, lists for it and
+/// does not mark failed.
+async fn listed_replicas(redis: &impl ClientLike, slot: u16) -> Result<i64, RedisError> {
+    let nodes = CustomCommand::new_static("CLUSTER", ClusterHash::Custom(slot), false);
+    let nodes: String = redis.custom(nodes, vec![Value::from("NODES")]).await?;
+    // Each line: id, address, flags, master's id, ...
+    let lines: Vec<Vec<&str>> = nodes.lines().map(|l| l.split(' ').collect()).collect();
+    let flagged = |fields: &[&str], flag: &str| {
+        fields
+            .get(2)
+            .is_some_and(|flags| flags.split(',').any(|f| f == flag))
+    };
+    let Some(me) = lines.iter().find(|fields| flagged(fields, "myself")) else {
+        return Ok(0);
+    };
+    let replicas = lines.iter().filter(|fields| {
+        flagged(fields, "slave") && !flagged(fields, "fail") && fields.get(3) == me.first()
+    });
+    Ok(replicas.count() as i64)
 }

@@ -242,7 +242,8 @@ impl ReadWriteLock {
     ///
     /// # Errors
     /// [`Error::NotHeld`](crate::Error::NotHeld) when `owner` holds no read hold (nothing
-    /// changes on the server), [`Error::Redis`](crate::Error::Redis) when Redis could not be
+    /// changes on the server; at once, sending nothing, when this client knows the hold is
+    /// lost), [`Error::Redis`](crate::Error::Redis) when Redis could not be
     /// reached even after resending (resending is safe: the unlock latch makes the release
     /// happen at most once).
     pub fn unlock_read(

@@ -13,7 +13,7 @@ use tokio::time::Instant;
 use fred::clients::{Client, WithOptions};
 use fred::error::Error as RedisError;
 use fred::interfaces::{ClientLike, ClusterInterface, LuaInterface};
-use fred::types::config::Options;
+use fred::types::config::{Options, Server};
 use fred::types::{ClusterHash, CustomCommand, Value};
 
 use crate::backoff::{doubled, TRY_AGAIN_PAUSE};
@@ -155,7 +155,7 @@ impl ScriptRunner {
         &self,
         call: Call,
     ) -> impl Future<Output = Result<Value, RedisError>> + Send + 'static {
-        let send = self.sender(call);
+        let mut send = self.sender(call, None);
         async move {
             let reply = send.once().await;
             if is_final(&reply) {
@@ -166,41 +166,60 @@ impl ScriptRunner {
         }
     }
 
-    /// [`run`](Self::run), with `behind` (a WAIT, say) sent right behind the EVALSHA, so
-    /// that the server runs it next on the same connection. Its answer comes back when it
-    /// followed the EVALSHA that ran: `None` when that was refused with NOSCRIPT and sent
-    /// again after the load.
+    /// [`run`](Self::run), sent to `node` (on a cluster; `None`: where the slot map says),
+    /// with `behind` (a WAIT, say) sent right behind the EVALSHA, so that the server runs it
+    /// next on the same connection. Its answer comes back when it followed the EVALSHA that
+    /// ran: not when that was redirected or refused with NOSCRIPT, and sent again.
     pub(crate) fn run_followed<T: Send + 'static>(
         &self,
         call: Call,
+        node: Option<Server>,
         behind: BoxFuture<T>,
-    ) -> BoxFuture<(Result<Value, RedisError>, Option<T>)> {
-        let send = self.sender(call);
+    ) -> BoxFuture<Followed<T>> {
+        let mut send = self.sender(call, node);
         Box::pin(async move {
-            let mut sent = send.once();
-            // fred queues a command in its first poll: the EVALSHA goes first.
-            let early = std::future::poll_fn(|cx| Poll::Ready(sent.as_mut().poll(cx))).await;
-            let reply = async {
-                match early {
-                    Poll::Ready(reply) => reply,
-                    Poll::Pending => sent.await,
-                }
+            let (reply, followed) = {
+                let mut sent = send.once();
+                // fred queues a command in its first poll: the EVALSHA goes first.
+                let early = std::future::poll_fn(|cx| Poll::Ready(sent.as_mut().poll(cx))).await;
+                let reply = async {
+                    match early {
+                        Poll::Ready(reply) => reply,
+                        Poll::Pending => sent.await,
+                    }
+                };
+                tokio::join!(reply, behind)
             };
-            match tokio::join!(reply, behind) {
-                (reply, _) if !is_final(&reply) => (Box::pin(send.settle(reply)).await, None),
-                (reply, followed) => (reply, Some(followed)),
+            let (reply, behind) = match reply {
+                reply if !is_final(&reply) => (Box::pin(send.settle(reply)).await, None),
+                reply => (reply, Some(followed)),
+            };
+            Followed {
+                reply,
+                behind,
+                node: send.node,
             }
         })
     }
 
-    fn sender(&self, call: Call) -> Evalsha {
+    fn sender(&self, call: Call, node: Option<Server>) -> Evalsha {
         let slot = call.first_key().map_or(0, |key| slot_of(&*self.redis, key));
         Evalsha {
             redis: self.redis.clone(),
             slot,
             call,
+            node,
         }
     }
+}
+
+/// What [`ScriptRunner::run_followed`] got.
+pub(crate) struct Followed<T> {
+    pub(crate) reply: Result<Value, RedisError>,
+    /// What was sent behind the EVALSHA answered, when it followed the one that ran.
+    pub(crate) behind: Option<T>,
+    /// The node the EVALSHA that ran was sent to, when it was named (see [`Evalsha::node`]).
+    pub(crate) node: Option<Server>,
 }
 
 /// One script call as EVALSHA sends it.
@@ -208,13 +227,28 @@ struct Evalsha {
     redis: WithOptions<Client>,
     slot: u16,
     call: Call,
+    /// The node it goes to (a cluster's master); `None`: where fred's slot map says. After
+    /// a redirection, the node it was sent to last, so that a WAIT can follow it there.
+    node: Option<Server>,
 }
 
 impl Evalsha {
     /// One EVALSHA, made in a box (see [`ScriptRunner::run`]).
     fn once(&self) -> Pin<Box<dyn Future<Output = Result<Value, RedisError>> + Send + '_>> {
         let (command, argv) = self.command();
-        boxed_in_place(|| self.redis.custom::<Value, Value>(command, argv))
+        match &self.node {
+            None => boxed_in_place(|| self.redis.custom::<Value, Value>(command, argv)),
+            Some(node) => {
+                let to_node = Options {
+                    cluster_node: Some(node.clone()),
+                    ..self.redis.options().clone()
+                };
+                boxed_in_place(|| async move {
+                    let client: &Client = &self.redis;
+                    client.with_options(&to_node).custom(command, argv).await
+                })
+            }
+        }
     }
 
     /// The EVALSHA's command and arguments.
@@ -229,7 +263,7 @@ impl Evalsha {
     /// The reply `first` made final: a redirected script is sent where the cluster says,
     /// and one Redis did not have is loaded and sent again. Both answers prove it did not
     /// run.
-    async fn settle(&self, first: Result<Value, RedisError>) -> Result<Value, RedisError> {
+    async fn settle(&mut self, first: Result<Value, RedisError>) -> Result<Value, RedisError> {
         match self.follow(first).await {
             Err(error) if is_noscript(&error) => {
                 tracing::debug!(
@@ -250,9 +284,9 @@ impl Evalsha {
     /// After a redirection: sends the script to the master serving the slot, by that
     /// master's own account; when that master redirects it while migrating the slot (an
     /// ASK: it has none of the keys), to the importing master, right behind an ASKING.
-    async fn redirected(&self) -> Result<Value, RedisError> {
-        let client: &Client = &self.redis;
-        let view = match slot_view(client, self.slot).await {
+    async fn redirected(&mut self) -> Result<Value, RedisError> {
+        let client: Client = (*self.redis).clone();
+        let view = match slot_view(&client, self.slot).await {
             Some(view) if view.serves => view,
             // fred's slot map is behind the master it names (or cannot be read): read it
             // again and send the script as it says.
@@ -260,15 +294,13 @@ impl Evalsha {
                 if let Err(error) = client.sync_cluster().await {
                     tracing::debug!(%error, "reading the slot map failed");
                 }
+                let routing = client.cached_cluster_state();
+                self.node = routing.and_then(|routing| routing.get_server(self.slot).cloned());
                 return self.once().await;
             }
         };
-        let (command, argv) = self.command();
-        let to_master = Options {
-            cluster_node: Some(view.node.clone()),
-            ..self.redis.options().clone()
-        };
-        let reply = client.with_options(&to_master).custom(command, argv).await;
+        self.node = Some(view.node.clone());
+        let reply = self.once().await;
         let Some(target) = view.migrating_to.clone() else {
             return reply;
         };
@@ -276,11 +308,12 @@ impl Evalsha {
             // Still serving the slot and migrating it to the same master after it answered:
             // the answer was an ASK.
             Err(error) if is_redirected(error) => {
-                match slot_view_of(client, view.node.clone(), self.slot).await {
+                match slot_view_of(&client, view.node.clone(), self.slot).await {
                     Some(now) if now == view => {
                         tracing::debug!(script = self.call.script.name, %target, "following ASK");
                         let (command, argv) = self.command();
-                        send_asking(client, self.redis.options(), target, command, argv).await
+                        self.node = Some(target.clone());
+                        send_asking(&client, self.redis.options(), target, command, argv).await
                     }
                     _ => reply,
                 }
@@ -293,7 +326,7 @@ impl Evalsha {
     /// slot (with ASKING), or again by fred's slot map, which a MOVED brought up to date.
     /// A script whose keys are split by a slot's migration (TRYAGAIN) is sent again after
     /// a pause, until the migration ends or a command timeout has passed.
-    async fn follow(&self, mut reply: Result<Value, RedisError>) -> Result<Value, RedisError> {
+    async fn follow(&mut self, mut reply: Result<Value, RedisError>) -> Result<Value, RedisError> {
         let (mut redirections, mut pause) = (0, TRY_AGAIN_PAUSE.0);
         let give_up = self.redis.options().timeout.map(|t| Instant::now() + t);
         loop {
@@ -351,7 +384,9 @@ pub(crate) fn nil_or_int(script: &'static Script, reply: Value) -> Result<Option
 
 /// Lists the scripts: `NAME => "file"` embeds `lua/file.lua`; `NAME => "file" with "a", "b"`
 /// puts the shared snippets `lua/a.lua` then `lua/b.lua` in front of it, so each rule of the
-/// protocol is written once. A snippet only defines local functions and constants, taking
+/// protocol is written once. The file's text becomes the function `script`, which the
+/// epilogue `lua/main.lua` runs, so that a refusal raised anywhere reaches the client as the
+/// script's own error reply on every server version. A snippet only defines local functions and constants, taking
 /// what it needs as arguments (never KEYS or ARGV), so the parts may come in any order that
 /// puts a function after those it calls. `tests/support/mod.rs` reads these lines to
 /// assemble a script as sent here.
@@ -361,7 +396,10 @@ macro_rules! scripts {
             $file,
             concat!(
                 $($(include_str!(concat!("../lua/", $part, ".lua")),)+)?
-                include_str!(concat!("../lua/", $file, ".lua"))
+                "local function script()\n",
+                include_str!(concat!("../lua/", $file, ".lua")),
+                "end\n",
+                include_str!("../lua/main.lua"),
             ),
         );)*
 
@@ -377,29 +415,31 @@ macro_rules! scripts {
 }
 
 scripts! {
-    LOCK_ACQUIRE => "lock_acquire" with "common",
-    LOCK_RELEASE => "lock_release" with "common", "release", "publish",
-    LOCK_FORCE_RELEASE => "lock_force_release" with "publish",
-    RENEW_BATCH => "renew_batch" with "common",
-    FAIR_ACQUIRE => "fair_acquire" with "common", "publish", "fair_queue",
-    FAIR_ACQUIRE_FAILED => "fair_acquire_failed" with "publish", "fair_queue",
-    FAIR_RELEASE => "fair_release" with "common", "release", "publish", "fair_queue",
-    FAIR_FORCE_RELEASE => "fair_force_release" with "publish", "fair_queue",
-    FENCED_ACQUIRE => "fenced_acquire" with "common",
-    READ_ACQUIRE => "read_acquire" with "common", "read_keys",
-    READ_RELEASE => "read_release" with "common", "instant", "release", "publish", "read_keys",
-    READ_FORCE_RELEASE => "read_force_release" with "publish",
-    READ_RENEW_BATCH => "read_renew_batch" with "common", "read_keys",
+    LOCK_ACQUIRE => "lock_acquire" with "permit", "common",
+    LOCK_RELEASE => "lock_release" with "permit", "common", "release", "publish",
+    LOCK_FORCE_RELEASE => "lock_force_release" with "permit", "publish",
+    RENEW_BATCH => "renew_batch" with "permit", "common",
+    FAIR_ACQUIRE => "fair_acquire" with "permit", "common", "fair_queue",
+    FAIR_ACQUIRE_FAILED => "fair_acquire_failed" with "permit", "publish", "fair_queue",
+    FAIR_RELEASE => "fair_release" with "permit", "common", "release", "publish", "fair_queue",
+    FAIR_FORCE_RELEASE => "fair_force_release" with "permit", "publish", "fair_queue",
+    FENCED_ACQUIRE => "fenced_acquire" with "permit", "common",
+    READ_ACQUIRE => "read_acquire" with "permit", "common", "read_keys",
+    READ_RELEASE => "read_release" with "permit", "common", "instant", "release", "publish", "read_keys",
+    READ_FORCE_RELEASE => "read_force_release" with "permit", "publish",
+    READ_RENEW_BATCH => "read_renew_batch" with "permit", "common", "read_keys",
     READ_LOCKED => "read_locked",
-    WRITE_ACQUIRE => "write_acquire" with "common",
-    WRITE_RELEASE => "write_release" with "common", "release", "publish",
-    WRITE_FORCE_RELEASE => "write_force_release" with "publish",
+    WRITE_ACQUIRE => "write_acquire" with "permit", "common",
+    WRITE_RELEASE => "write_release" with "permit", "common", "release", "publish",
+    WRITE_FORCE_RELEASE => "write_force_release" with "permit", "publish",
     INSPECT => "inspect" with "read_keys",
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const MAIN: &str = include_str!("../lua/main.lua");
 
     /// The leading comment lines of a script file: its header.
     fn header(file: &str) -> String {
@@ -444,9 +484,12 @@ mod tests {
     fn every_script_has_a_header_and_a_distinct_sha() {
         let mut shas = std::collections::HashSet::new();
         for (script, _, file) in ALL {
-            // The header is the file's own, after whatever snippets come first.
-            let own = &script.lua[script.lua.len() - file.len()..];
-            assert_eq!(own, *file, "{} does not end with its file", script.name);
+            // The header is the file's own, after whatever snippets come first, and the
+            // file is the body of the function the epilogue runs.
+            let wrapped = format!("local function script()\n{file}end\n{MAIN}");
+            let own = &script.lua[script.lua.len() - wrapped.len()..];
+            assert_eq!(own, wrapped, "{} does not end with its file", script.name);
+            let own = *file;
             let header = header(own);
             let body = &own[header.len()..];
             for section in ["-- KEYS", "-- Reply"] {
@@ -478,9 +521,10 @@ mod tests {
         for (script, parts, file) in ALL {
             let prologue: String = parts.iter().map(|(_, text)| *text).collect();
             assert!(script.lua.starts_with(&prologue), "{}", script.name);
+            let wrapped = format!("local function script()\n{file}end\n{MAIN}");
             assert_eq!(
-                script.lua.len(),
-                prologue.len() + file.len(),
+                script.lua,
+                format!("{prologue}{wrapped}"),
                 "{}",
                 script.name
             );

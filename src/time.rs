@@ -27,10 +27,18 @@ pub(crate) fn deadline_after(wait: Duration) -> Result<Instant> {
     })
 }
 
-/// When a lease of `lease` that started at `start` ends; a lease too long for the clock
-/// ends a century from now, which no process outlives.
+/// How much sooner than a lease's end its holder counts it as ended. `lease_lost()` sleeps
+/// on Tokio's timer, which counts whole milliseconds and fires at the first tick after the
+/// instant asked for, and the woken task needs a moment more: asleep until the very end, it
+/// could complete after the key expired on the server and another owner took the lock.
+pub(crate) const TIMER_MARGIN: Duration = Duration::from_millis(5);
+
+/// When the holder counts a lease of `lease` that started at `start` as ended:
+/// [`TIMER_MARGIN`] before its end (a lease shorter than that has ended from the start). A
+/// lease too long for the clock ends a century from now, which no process outlives.
 pub(crate) fn lease_end(start: Instant, lease: Duration) -> Instant {
-    start
-        .checked_add(lease)
-        .unwrap_or_else(|| Instant::now() + Duration::from_secs(100 * 365 * 24 * 3600))
+    match start.checked_add(lease) {
+        Some(end) => end.checked_sub(TIMER_MARGIN).unwrap_or(start),
+        None => Instant::now() + Duration::from_secs(100 * 365 * 24 * 3600),
+    }
 }

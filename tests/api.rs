@@ -160,3 +160,42 @@ async fn errors_name_the_lock_as_the_user_named_it() {
     }
     assert_eq!(server.command(&["GET", "app:taken-by-a-string"]), "x");
 }
+
+/// An owner is an identity, not a connection: a lock of another client (as a RedLock's
+/// members on independent servers are) takes, re-enters, renews and releases holds for it,
+/// and still excludes every other owner.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_owner_of_one_client_holds_through_another_clients_lock() {
+    let server = RedisServer::start();
+    let (first, second) = (client(&server).await, client(&server).await);
+    let owner = first.new_owner();
+    let name = "api:shared-owner";
+    let through_second = second.lock(name).unwrap().lock(&owner).await.unwrap();
+    // The first client's lock sees the same owner: a re-entry, not a second holder.
+    let through_first = first.lock(name).unwrap().lock(&owner).await.unwrap();
+    assert_eq!(
+        first.lock(name).unwrap().hold_count(&owner).await.unwrap(),
+        2
+    );
+    let other = second.new_owner();
+    assert!(second
+        .lock(name)
+        .unwrap()
+        .try_lock(&other)
+        .await
+        .unwrap()
+        .is_none());
+    // Renewed past twice its lease (the test clients' watchdog lease is 900 ms).
+    tokio::time::sleep(Duration::from_millis(1800)).await;
+    assert!(pttl(&server, name) > 0, "the hold was renewed");
+    assert!(!through_second.is_lease_lost());
+    through_second.unlock().await.unwrap();
+    assert_eq!(
+        first.lock(name).unwrap().hold_count(&owner).await.unwrap(),
+        1
+    );
+    through_first.unlock().await.unwrap();
+    assert_eq!(server.command(&["EXISTS", name]), "0");
+    first.shutdown().await;
+    second.shutdown().await;
+}

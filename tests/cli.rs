@@ -2,145 +2,14 @@
 //! Java writes them and holds of this crate, of every kind.
 
 mod support;
+#[path = "support/tool.rs"]
+mod tool;
 
-use std::io::{BufRead, BufReader, Write};
-use std::process::{Child, Command, Output, Stdio};
-use std::sync::mpsc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::io::Write;
+use std::process::{Command, Stdio};
 
-use serde_json::Value;
 use support::*;
-
-const BIN: &str = env!("CARGO_BIN_EXE_redisson-lock");
-
-fn command(server: &RedisServer, args: &[&str]) -> Command {
-    command_at(&server.url(), args)
-}
-
-fn command_at(url: &str, args: &[&str]) -> Command {
-    let mut command = Command::new(BIN);
-    command.arg("--url").arg(url).args(args);
-    command.stdin(Stdio::null());
-    command
-}
-
-/// Runs the tool to its end.
-fn run(server: &RedisServer, args: &[&str]) -> Output {
-    command(server, args).output().unwrap()
-}
-
-/// Runs the tool with `--json` and reads its one JSON object; also returns the exit code.
-fn run_json(server: &RedisServer, args: &[&str]) -> (Value, i32) {
-    run_json_at(&server.url(), args)
-}
-
-fn run_json_at(url: &str, args: &[&str]) -> (Value, i32) {
-    let mut all = vec!["--json"];
-    all.extend_from_slice(args);
-    let output = command_at(url, &all).output().unwrap();
-    let text = String::from_utf8(output.stdout).unwrap();
-    let value = serde_json::from_str(text.trim())
-        .unwrap_or_else(|e| panic!("{args:?} printed no JSON ({e}): {text:?}"));
-    (value, output.status.code().unwrap())
-}
-
-fn epoch_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as u64
-}
-
-/// A running tool whose JSON lines are read as they come.
-struct Running {
-    child: Child,
-    lines: mpsc::Receiver<Value>,
-}
-
-impl Running {
-    fn start(server: &RedisServer, args: &[&str]) -> Running {
-        let mut all = vec!["--json"];
-        all.extend_from_slice(args);
-        let mut child = command(server, &all)
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let stdout = BufReader::new(child.stdout.take().unwrap());
-        let (send, lines) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in stdout.lines().map_while(Result::ok) {
-                let value = serde_json::from_str(&line).expect("a JSON line");
-                if send.send(value).is_err() {
-                    break;
-                }
-            }
-        });
-        Running { child, lines }
-    }
-
-    /// The next line whose `event` is `event`, skipping others; within 10 s.
-    fn next_event(&self, event: &str) -> Value {
-        let [line] = self.next_events([event]);
-        line
-    }
-
-    /// The next line of each of `events`, whatever their order, skipping others; within
-    /// 10 s.
-    fn next_events<const N: usize>(&self, events: [&str; N]) -> [Value; N] {
-        let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        let mut found: [Option<Value>; N] = std::array::from_fn(|_| None);
-        while found.iter().any(Option::is_none) {
-            let left = deadline.saturating_duration_since(std::time::Instant::now());
-            let line = self
-                .lines
-                .recv_timeout(left)
-                .unwrap_or_else(|_| panic!("no {events:?} lines within 10 s"));
-            let at = events.iter().position(|event| line["event"] == *event);
-            if let Some(at) = at.filter(|&at| found[at].is_none()) {
-                found[at] = Some(line);
-            }
-        }
-        found.map(Option::unwrap)
-    }
-
-    /// Sends SIGINT, as Ctrl-C does, and waits for the exit code.
-    fn interrupt(mut self) -> i32 {
-        let pid = self.child.id().to_string();
-        assert!(Command::new("kill")
-            .args(["-INT", &pid])
-            .status()
-            .unwrap()
-            .success());
-        self.wait()
-    }
-
-    fn wait(&mut self) -> i32 {
-        let deadline = std::time::Instant::now() + Duration::from_secs(15);
-        loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                return status.code().unwrap_or(-1);
-            }
-            assert!(
-                std::time::Instant::now() < deadline,
-                "the tool did not exit"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-}
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// A hold of `count` written as Java's `RLock` writes it, with a 30 s lease.
-fn java_hold(server: &RedisServer, name: &str, thread: u64, count: u64) {
-    server.command(&["HSET", name, &java_owner(thread), &count.to_string()]);
-    server.command(&["PEXPIRE", name, "30000"]);
-}
+use tool::*;
 
 #[test]
 fn inspect_shows_a_java_hold_and_its_fair_queue_in_order() {
@@ -442,6 +311,32 @@ fn hold_gives_up_after_its_wait_and_ends_after_its_time() {
     assert_eq!(server.command(&["EXISTS", "cli:brief"]), "0");
 }
 
+#[test]
+fn hold_exits_1_when_its_hold_was_force_unlocked() {
+    let server = RedisServer::start();
+    // Found lost at its release, when its time is up (the watchdog would find it only at its
+    // next renewal, 10 s later) or when it is interrupted.
+    for (name, interrupted) in [("cli:freed", false), ("cli:freed-interrupted", true)] {
+        let mut holding = Running::start(&server, &["hold", name, "--for", "3s"]);
+        holding.next_event("acquired");
+        let (_, code) = run_json(&server, &["force-unlock", "--yes", name]);
+        assert_eq!(code, 0, "{name}");
+        let code = if interrupted {
+            holding.interrupt()
+        } else {
+            holding.wait()
+        };
+        assert_eq!(code, 1, "{name}");
+    }
+    // The lost hold is told as such.
+    let mut holding = Running::start(&server, &["hold", "cli:freed-told", "--for", "3s"]);
+    holding.next_event("acquired");
+    assert_eq!(server.command(&["DEL", "cli:freed-told"]), "1");
+    let lost = holding.next_event("lease_lost");
+    assert_eq!(lost["name"], "cli:freed-told");
+    assert_eq!(holding.wait(), 1);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn watch_follows_acquisitions_releases_and_messages() {
     let server = RedisServer::start();
@@ -474,6 +369,50 @@ async fn watch_follows_acquisitions_releases_and_messages() {
         (Some(lock_channel("cli:watched").as_str()), Some("0"))
     );
     assert_eq!(released["field"], JAVA_OWNER);
+    assert_eq!(tokio::task::block_in_place(|| watching.interrupt()), 0);
+    rust.shutdown().await;
+}
+
+/// Through a Cluster URL, `watch` listens where the unlock messages go: sharded pub/sub on
+/// Redis 7.0 and later, classic pub/sub before (the servers have no `SSUBSCRIBE`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watch_hears_a_cluster_s_messages_on_every_server() {
+    let cluster = tokio::task::block_in_place(support::topology::Cluster::start);
+    let (name, channel) = ("cli:cluster-watched", lock_channel("cli:cluster-watched"));
+    let watching = Running::start_at(
+        &cluster.url(),
+        &["watch", name, "--interval", "20ms", "--for", "60s"],
+    );
+    let first = tokio::task::block_in_place(|| watching.next_event("state"));
+    assert_eq!(first["state"], "free");
+    let sharded = support::server::server_version() >= (7, 0);
+    let listening = || {
+        if sharded {
+            let master = cluster.master_of(&channel);
+            let reply = master.command(&["PUBSUB", "SHARDNUMSUB", &channel]);
+            reply.lines().last() == Some("1")
+        } else {
+            cluster
+                .servers
+                .iter()
+                .any(|node| subscribers(node, &channel) >= 1)
+        }
+    };
+    eventually(10 * SECOND, "the watch to listen", listening).await;
+
+    let rust = deployment_client(&cluster.url(), |b| b).await;
+    let lock = rust.lock(name).unwrap();
+    lock.lock(&rust.new_owner())
+        .await
+        .unwrap()
+        .unlock()
+        .await
+        .unwrap();
+    let message = tokio::task::block_in_place(|| watching.next_event("message"));
+    assert_eq!(
+        (message["channel"].as_str(), message["payload"].as_str()),
+        (Some(channel.as_str()), Some("0"))
+    );
     assert_eq!(tokio::task::block_in_place(|| watching.interrupt()), 0);
     rust.shutdown().await;
 }

@@ -154,7 +154,33 @@ async fn connecting_to_a_dead_server_fails_clearly() {
         .command_timeout(Duration::from_millis(500))
         .build();
     let result = within(5 * SECOND, "connecting", connecting).await;
-    assert!(matches!(result, Err(Error::Redis(_))), "{result:?}");
+    let Err(error @ Error::Unreachable { .. }) = result else {
+        panic!("{result:?}");
+    };
+    // What failed, where and why, in words.
+    let text = error.to_string();
+    let port = url.rsplit(':').next().unwrap();
+    assert!(text.contains(&format!("127.0.0.1:{port}")), "{text}");
+    assert!(text.contains("connection refused"), "{text}");
+    assert!(!text.contains("Os {"), "{text}");
+    assert!(error.is_retryable());
+}
+
+#[tokio::test]
+async fn a_tls_url_against_a_plain_server_says_what_is_likely_wrong() {
+    let server = RedisServer::start();
+    let url = server.url().replace("redis://", "rediss://");
+    let connecting = LockClient::builder()
+        .url(&url)
+        .command_timeout(Duration::from_millis(500))
+        .build();
+    let result = within(10 * SECOND, "connecting", connecting).await;
+    let text = match result {
+        Err(error @ Error::Unreachable { .. }) => error.to_string(),
+        other => panic!("{other:?}"),
+    };
+    assert!(text.contains("(TLS)"), "{text}");
+    assert!(text.contains("does not speak TLS"), "{text}");
 }
 
 #[tokio::test]

@@ -714,7 +714,28 @@ async fn clock_reads<T>(
 
 /// The lock's expiry as a Unix time in ms: unchanged exactly when nothing set its TTL.
 fn expiry(server: &RedisServer, name: &str) -> String {
-    server.command(&["PEXPIRETIME", name])
+    if support::server::server_version() >= (7, 0) {
+        return server.command(&["PEXPIRETIME", name]);
+    }
+    let script = format!("{}return at(KEYS[1])", lua_at());
+    server.command(&["EVAL", &script, "1", name])
+}
+
+/// Lua defining `at(key)`, a key's expiry as a Unix time in ms: `PEXPIRETIME`, or before Redis
+/// 7.0 its PTTL plus the server's time, read within one millisecond of the clock PTTL counts from.
+fn lua_at() -> &'static str {
+    if support::server::server_version() >= (7, 0) {
+        return "local function at(key) return redis.call('pexpiretime', key) end\n";
+    }
+    "local function ms(t) return t[1] * 1000 + math.floor(t[2] / 1000) end
+    local function at(key)
+        while true do
+            local before = ms(redis.call('time'))
+            local ttl = redis.call('pttl', key)
+            if ttl < 0 then return ttl end
+            if ms(redis.call('time')) == before then return before + ttl end
+        end
+    end\n"
 }
 
 /// A read release reads its own timeout key and the hash's TTL, not every reader's, unless
@@ -1191,14 +1212,22 @@ async fn a_renewal_never_ends_the_hash_after_its_readers_keys() {
     // The expiry instants of the hash and of the first-ending timeout key, read atomically.
     const INSTANTS: &str = "local first = nil \
         for n = 1, tonumber(ARGV[1]) do \
-            local at = redis.call('pexpiretime', KEYS[2] .. ':' .. n) \
-            if not first or at < first then first = at end \
+            local key_at = at(KEYS[2] .. ':' .. n) \
+            if not first or key_at < first then first = key_at end \
         end \
-        return {redis.call('pexpiretime', KEYS[1]), first}";
+        return {at(KEYS[1]), first}";
+    let instants_script = format!("{}{INSTANTS}", lua_at());
     let prefix = timeout_key(name, &owner.to_string(), 1);
     let prefix = prefix.trim_end_matches(":1");
     let instants = || {
-        let reply = server.command(&["EVAL", INSTANTS, "2", name, prefix, &HOLDS.to_string()]);
+        let reply = server.command(&[
+            "EVAL",
+            &instants_script,
+            "2",
+            name,
+            prefix,
+            &HOLDS.to_string(),
+        ]);
         let mut lines = reply.lines().map(|line| line.parse::<i64>().unwrap());
         (lines.next().unwrap(), lines.next().unwrap())
     };

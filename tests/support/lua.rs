@@ -1,7 +1,8 @@
 //! The crate's scripts as it sends them, for tests and benches that run them directly.
 
 /// The script `lua/<name>.lua` as the crate sends it: the shared snippets its line in
-/// `src/script.rs` lists (`NAME => "<name>" with "part", …`) first, in that order.
+/// `src/script.rs` lists (`NAME => "<name>" with "part", …`) first, in that order, then the
+/// file as the function `script`, then the epilogue `lua/main.lua` that runs it.
 pub fn lua(name: &str) -> String {
     let root = env!("CARGO_MANIFEST_DIR");
     let read = |path: String| {
@@ -15,8 +16,10 @@ pub fn lua(name: &str) -> String {
     let parts = line.split_once(" with ").map_or("", |(_, parts)| parts);
     // The quoted names are every other piece between quotes.
     let parts = parts.split('"').skip(1).step_by(2);
-    parts
-        .chain([name])
+    let snippets: String = parts
         .map(|file| read(format!("{root}/lua/{file}.lua")))
-        .collect()
+        .collect();
+    let own = read(format!("{root}/lua/{name}.lua"));
+    let main = read(format!("{root}/lua/main.lua"));
+    format!("{snippets}local function script()\n{own}end\n{main}")
 }

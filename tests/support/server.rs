@@ -28,14 +28,87 @@ const STOP_TIMEOUT: Duration = Duration::from_secs(5);
 /// Upper bound for one `command()` reply, so a bad test fails instead of hanging.
 const COMMAND_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// Returns the path of the `redis-server` binary, installing it with apt-get
-/// when running as root and it is missing. Panics with install instructions
-/// otherwise. The result is cached for the life of the process.
+/// Returns the path of the `redis-server` binary: the first on `PATH` (then `/usr/bin`,
+/// `/usr/local/bin`), installing it with apt-get when running as root and it is missing.
+/// Panics with install instructions otherwise. The result is cached for the life of the
+/// process. To run against another server (Redis 6.2, Valkey, ...), put its directory first
+/// on `PATH`.
 pub fn ensure_redis_server() -> PathBuf {
     static BINARY: OnceLock<PathBuf> = OnceLock::new();
     BINARY
         .get_or_init(|| ensure_installed("redis-server", "redis-server"))
         .clone()
+}
+
+/// The (major, minor) version of [`ensure_redis_server`]'s binary, from its `--version`
+/// (`Redis server v=7.0.15 ...`; Valkey's says `Valkey server v=8.0.1 ...`).
+pub fn server_version() -> (u32, u32) {
+    static VERSION: OnceLock<(u32, u32)> = OnceLock::new();
+    *VERSION.get_or_init(|| {
+        let binary = ensure_redis_server();
+        let output = Command::new(&binary)
+            .arg("--version")
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run {} --version: {e}", binary.display()));
+        let text = String::from_utf8_lossy(&output.stdout);
+        let version = (text.split_whitespace())
+            .find_map(|word| word.strip_prefix("v="))
+            .unwrap_or_else(|| panic!("no version in {} --version: {text}", binary.display()));
+        let mut numbers = version.split('.').map(|n| n.parse().unwrap_or(0));
+        (numbers.next().unwrap_or(0), numbers.next().unwrap_or(0))
+    })
+}
+
+/// Whether the server has what Redis 7.0 brought (sharded pub/sub, `PEXPIRETIME`, several
+/// parameters in one `CONFIG SET`, `--enable-debug-command`, ...). When it has not, reports
+/// the test [`skipped`] as needing Redis 7.0 for `feature`, and returns false: the caller
+/// returns.
+pub fn has_redis_7(test: &str, feature: &str) -> bool {
+    let (major, minor) = server_version();
+    if major >= 7 {
+        return true;
+    }
+    skipped(
+        test,
+        &format!("needs Redis 7.0 ({feature}); the server is {major}.{minor}"),
+    );
+    false
+}
+
+/// Reports `test` skipped: prints `SKIPPED <test>: <why>` to stderr (past the test harness's
+/// capture, so it shows for a passing test too) and appends that line to the file
+/// `REDISSON_LOCK_SKIPPED` names, if set (CI lists and counts them).
+pub fn skipped(test: &str, why: &str) {
+    let line = format!("SKIPPED {test}: {why}\n");
+    let _ = io::stderr().write_all(line.as_bytes());
+    if let Some(file) = std::env::var_os("REDISSON_LOCK_SKIPPED") {
+        let appended = fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&file)
+            .and_then(|mut f| f.write_all(line.as_bytes()));
+        if let Err(e) = appended {
+            panic!("cannot append to {}: {e}", Path::new(&file).display());
+        }
+    }
+}
+
+/// `args` for the server that runs them: before 7.0, `DEBUG` is always enabled and
+/// `--enable-debug-command` (with its value) unknown, so it is left out.
+fn for_this_server(args: &[String]) -> Vec<String> {
+    if server_version() >= (7, 0) {
+        return args.to_vec();
+    }
+    let mut kept = Vec::with_capacity(args.len());
+    let mut args = args.iter();
+    while let Some(arg) = args.next() {
+        if arg == "--enable-debug-command" {
+            args.next();
+        } else {
+            kept.push(arg.clone());
+        }
+    }
+    kept
 }
 
 /// Returns the path of `binary`, installing Debian's `package` with apt-get when it is
@@ -330,7 +403,7 @@ impl RedisServer {
             "warning",
         ]);
         cmd.arg("--logfile").arg(self.dir.join("redis.log"));
-        cmd.args(&self.args);
+        cmd.args(for_this_server(&self.args));
         cmd.stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null());

@@ -273,8 +273,13 @@ impl Cluster {
             self.server(replica.port).command(&["CLUSTER", "FAILOVER"]),
             "OK"
         );
+        // Mid-failover a node's view may have no master for the slot for a moment.
         settle("the replica to take over", || {
-            self.master_of_slot(slot).id == replica.id
+            self.nodes().iter().any(|n| {
+                n.id == replica.id
+                    && n.master
+                    && n.slots.iter().any(|(a, b)| (*a..=*b).contains(&slot))
+            })
         });
         self.wait_healthy();
         self.master_of_slot(slot)
@@ -344,16 +349,25 @@ impl SentinelSetup {
              sentinel failover-timeout {SERVICE} 5000\n",
             master.port()
         );
-        let sentinels: Vec<RedisServer> = (0..3)
-            .map(|_| RedisServer::start_sentinel(&config))
+        // Each with an id of its own in its config file, kept across restarts, which write
+        // the file again.
+        let sentinels: Vec<RedisServer> = (1..=3)
+            .map(|n| RedisServer::start_sentinel(&format!("{config}sentinel myid {n:040x}\n")))
             .collect();
         let setup = SentinelSetup {
             master,
             replica,
             sentinels,
         };
+        setup.wait_ready();
+        setup
+    }
+
+    /// Waits until every Sentinel knows the replica and the other Sentinels (after a start
+    /// or a restart).
+    pub fn wait_ready(&self) {
         settle("the Sentinels to know the replica and each other", || {
-            setup.sentinels.iter().all(|s| {
+            self.sentinels.iter().all(|s| {
                 let info = s.command(&["SENTINEL", "MASTER", SERVICE]);
                 let fields: Vec<&str> = info.lines().collect();
                 let value = |name: &str| {
@@ -366,7 +380,6 @@ impl SentinelSetup {
                 value("num-slaves") == "1" && value("num-other-sentinels") == "2"
             })
         });
-        setup
     }
 
     /// A `redis-sentinel://` URL naming every Sentinel.
@@ -384,40 +397,55 @@ impl SentinelSetup {
 
     /// The port of the master as the first Sentinel names it.
     pub fn master_port(&self) -> u16 {
-        let reply = self.sentinels[0].command(&["SENTINEL", "GET-MASTER-ADDR-BY-NAME", SERVICE]);
+        self.master_port_by(0)
+    }
+
+    /// The port of the master as Sentinel `n` names it.
+    pub fn master_port_by(&self, n: usize) -> u16 {
+        let reply = self.sentinels[n].command(&["SENTINEL", "GET-MASTER-ADDR-BY-NAME", SERVICE]);
         reply.lines().nth(1).unwrap().parse().unwrap()
     }
 
     /// `SENTINEL FAILOVER`, then waits until the replica is the master every Sentinel names
     /// and the old master replicates from it.
     pub fn failover(&self) {
-        let old = self.master_port();
-        let new = if old == self.master.port() {
-            &self.replica
+        let (old, _) = self.begin_failover(None);
+        self.wait_demoted(old);
+    }
+
+    /// `SENTINEL FAILOVER`, then waits until the replica is a master and every Sentinel but
+    /// `paused` (a paused one answers nothing) names it. Returns the old master and the new.
+    /// The Sentinels demote the old master some seconds later (see
+    /// [`wait_demoted`](Self::wait_demoted)).
+    pub fn begin_failover(&self, paused: Option<usize>) -> (&RedisServer, &RedisServer) {
+        let live: Vec<&RedisServer> = (self.sentinels.iter().enumerate())
+            .filter(|(n, _)| Some(*n) != paused)
+            .map(|(_, s)| s)
+            .collect();
+        let old = self.master_port_by(if paused == Some(0) { 1 } else { 0 });
+        let (old, new) = if old == self.master.port() {
+            (&self.master, &self.replica)
         } else {
-            &self.master
+            (&self.replica, &self.master)
         };
-        let old_server = if old == self.master.port() {
-            &self.master
-        } else {
-            &self.replica
-        };
-        assert_eq!(
-            self.sentinels[0].command(&["SENTINEL", "FAILOVER", SERVICE]),
-            "OK"
-        );
+        assert_eq!(live[0].command(&["SENTINEL", "FAILOVER", SERVICE]), "OK");
         settle("the Sentinels to name the new master", || {
-            self.sentinels.iter().all(|s| {
+            live.iter().all(|s| {
                 s.command(&["SENTINEL", "GET-MASTER-ADDR-BY-NAME", SERVICE])
                     .lines()
                     .nth(1)
                     == Some(&new.port().to_string())
             }) && new.command(&["ROLE"]).starts_with("master")
         });
+        (old, new)
+    }
+
+    /// Waits until the old master `old` replicates from the new one.
+    pub fn wait_demoted(&self, old: &RedisServer) {
         settle("the old master to follow the new one", || {
-            old_server
-                .command(&["INFO", "replication"])
-                .contains("master_link_status:up")
+            // The Sentinels close the old master's client connections as they demote it.
+            old.try_command(&["INFO", "replication"])
+                .is_ok_and(|info| info.contains("master_link_status:up"))
         });
     }
 }

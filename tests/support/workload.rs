@@ -728,8 +728,8 @@ pub fn lost_updates(store: &impl Store, workload: &Workload) -> Vec<String> {
 /// `limit`; read holds' timeout keys included); lets one fresh owner take each fair lock,
 /// whose attempts drop every waiter that is gone and past its deadline (at most `limit`
 /// more than the waits of those gone); then checks what is left: only the resources and
-/// the token counters may remain, and keys that expire by themselves (unlock latches) must
-/// have a TTL. Returns the violations.
+/// the token counters may remain, and keys that expire by themselves (unlock latches, fair
+/// waiters' fences and owners' traces) must have a TTL. Returns the violations.
 pub async fn settle(
     client: &LockClient,
     store: &impl Store,
@@ -785,8 +785,16 @@ pub fn leftovers(store: &impl Store) -> Vec<String> {
             continue;
         }
         let ttl: i64 = store.on_key(&key, &["PTTL", &key]).parse().unwrap_or(-2);
-        let latch = key.starts_with("redisson_unlock_latch:");
-        if !latch || ttl == -1 {
+        // Unlock latches, and a fair waiter's fence and an owner's trace (left by a wait that
+        // had an attempt go unanswered), expire by themselves.
+        let expiring = [
+            "redisson_unlock_latch:",
+            "redisson_lock_left:",
+            "redisson_lock_took:",
+        ]
+        .iter()
+        .any(|prefix| key.starts_with(prefix));
+        if !expiring || ttl == -1 {
             violations.push(format!("{key} is left behind (PTTL {ttl})"));
         }
     }

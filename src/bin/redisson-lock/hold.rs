@@ -135,21 +135,25 @@ pub(crate) async fn hold(
                 .unwrap_or_default()
         ),
     );
+    let lost = || {
+        say(
+            json,
+            json!({"event": "lease_lost", "name": name}),
+            format!("the hold on {name} was lost (expired or force-unlocked)"),
+        );
+        Ok(Exit::NotInState)
+    };
     let ended = tokio::select! {
         _ = tokio::time::sleep(duration) => Exit::Done,
         _ = tokio::signal::ctrl_c() => Exit::Interrupted,
-        _ = held.lost => {
-            say(
-                json,
-                json!({"event": "lease_lost", "name": name}),
-                format!("the hold on {name} was lost (expired or force-unlocked)"),
-            );
-            return Ok(Exit::NotInState);
-        }
+        _ = held.lost => return lost(),
     };
-    (held.unlock)()
-        .await
-        .map_err(|e| Failure(Exit::RedisError, format!("releasing {name}: {e}")))?;
+    match (held.unlock)().await {
+        Ok(()) => {}
+        // Lost before the watchdog could tell: force-unlocked, say, between two renewals.
+        Err(Error::NotHeld { .. }) => return lost(),
+        Err(e) => return Err(Failure(Exit::RedisError, format!("releasing {name}: {e}"))),
+    }
     say(
         json,
         json!({"event": "released", "name": name}),

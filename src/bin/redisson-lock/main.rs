@@ -15,11 +15,9 @@ use redisson_lock::inspect::HoldMode;
 use redisson_lock::{Error, LockClient};
 
 /// Inspect, list, free, follow and hold Redisson locks (Java's Redisson and this crate
-/// alike). Exit codes: 0 done; 1 the lock was not in the state asked for (nothing to free,
-/// not acquired in time, lease lost); 2 bad arguments; 3 Redis error; 4 not confirmed;
-/// 5 the name is not a lock; 130 interrupted while holding.
+/// alike).
 #[derive(Parser, Debug)]
-#[command(name = "redisson-lock", version)]
+#[command(name = "redisson-lock", version, after_help = AFTER_HELP)]
 struct Cli {
     /// The server: redis://, rediss://, redis-sentinel:// or redis-cluster:// URL.
     #[arg(
@@ -40,15 +38,24 @@ struct Cli {
     command: Command,
 }
 
+/// The help text every subcommand ends with.
+const AFTER_HELP: &str = "DURATION is a number with a unit: 250ms, 10s, 2m, 1h (a bare number \
+means seconds).\n\nExit codes: 0 done; 1 the lock was not in the state asked for (nothing to \
+free, not acquired in time, lease lost); 2 bad arguments (a bad URL, name or duration); 3 Redis \
+unreachable or refusing; 4 not confirmed; 5 the name is not a lock; 130 interrupted while \
+holding.";
+
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Show everything Redis holds for a lock: holders, TTL, fair queue, readers, token,
     /// channel listeners.
+    #[command(after_help = AFTER_HELP)]
     Inspect {
         /// The lock's name, as the services name it.
         name: String,
     },
     /// List the locks held or waited for, one line each (SCAN, never KEYS).
+    #[command(after_help = AFTER_HELP)]
     List {
         /// A glob on lock names (Redis MATCH syntax).
         #[arg(default_value = "*")]
@@ -59,6 +66,7 @@ enum Command {
     },
     /// Free a lock whoever holds it, with its kind's own force release, so that waiters of
     /// both languages wake. Asks first unless --yes.
+    #[command(after_help = AFTER_HELP)]
     ForceUnlock {
         /// The lock's name.
         name: String,
@@ -68,31 +76,33 @@ enum Command {
     },
     /// Follow a lock live: acquisitions, releases, queue changes and pub/sub messages,
     /// until interrupted (or --for has passed).
+    #[command(after_help = AFTER_HELP)]
     Watch {
         /// The lock's name.
         name: String,
-        /// How often to look at the lock's data.
-        #[arg(long, value_parser = parse_duration, default_value = "100ms")]
+        /// How often to look at the lock's data (more than zero).
+        #[arg(long, value_parser = parse_period, default_value = "100ms", value_name = "DURATION")]
         interval: Duration,
         /// Stop after this long.
-        #[arg(long = "for", value_parser = parse_duration)]
+        #[arg(long = "for", value_parser = parse_duration, value_name = "DURATION")]
         duration: Option<Duration>,
     },
     /// Take a lock and hold it, for drills and for testing a service.
+    #[command(after_help = AFTER_HELP)]
     Hold {
         /// The lock's name.
         name: String,
         /// How long to hold it once taken.
-        #[arg(long = "for", value_parser = parse_duration, default_value = "10s")]
+        #[arg(long = "for", value_parser = parse_duration, default_value = "10s", value_name = "DURATION")]
         duration: Duration,
         /// Which kind of lock to take.
         #[arg(long, value_enum, default_value_t = Kind::Lock)]
         kind: Kind,
         /// How long to wait for it (default: as long as it takes; 0: one attempt).
-        #[arg(long, value_parser = parse_duration)]
+        #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
         wait: Option<Duration>,
-        /// A fixed lease instead of the watchdog's renewals.
-        #[arg(long, value_parser = parse_duration)]
+        /// A fixed lease instead of the watchdog's renewals (more than zero).
+        #[arg(long, value_parser = parse_period, value_name = "DURATION")]
         lease: Option<Duration>,
     },
 }
@@ -115,6 +125,7 @@ pub(crate) enum Kind {
 pub(crate) enum Exit {
     Done = 0,
     NotInState = 1,
+    BadArguments = 2,
     RedisError = 3,
     NotConfirmed = 4,
     NotALock = 5,
@@ -127,7 +138,7 @@ pub(crate) struct Failure(pub(crate) Exit, pub(crate) String);
 impl From<Error> for Failure {
     fn from(error: Error) -> Failure {
         let exit = match error {
-            Error::InvalidArgument(_) => return Failure(Exit::NotInState, error.to_string()),
+            Error::InvalidArgument(_) => Exit::BadArguments,
             Error::WrongType { .. } => Exit::NotALock,
             _ => Exit::RedisError,
         };
@@ -156,6 +167,14 @@ fn parse_duration(text: &str) -> Result<Duration, String> {
     Duration::try_from_secs_f64(seconds).map_err(|e| e.to_string())
 }
 
+/// [`parse_duration`], refusing zero: a period or a lease must last.
+fn parse_period(text: &str) -> Result<Duration, String> {
+    match parse_duration(text)? {
+        Duration::ZERO => Err(format!("{text:?} is zero; give a duration above zero")),
+        period => Ok(period),
+    }
+}
+
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -182,14 +201,20 @@ async fn connect(cli: &Cli) -> Result<LockClient, Failure> {
         .name_prefix(cli.prefix.clone())
         .build()
         .await
-        .map_err(|error| Failure(Exit::RedisError, format!("{}: {error}", cli.url)))
+        .map_err(|error| {
+            let exit = match error {
+                Error::InvalidArgument(_) => Exit::BadArguments,
+                _ => Exit::RedisError,
+            };
+            Failure(exit, format!("connecting: {error}"))
+        })
 }
 
 async fn run(cli: &Cli, client: &LockClient) -> Outcome {
     match &cli.command {
         Command::Inspect { name } => {
             let state = client.inspect(name).await?;
-            let clients = client.connected_lock_clients().await.unwrap_or_default();
+            let clients = clients(client).await;
             show::print_state(&state, &clients, cli.json);
             Ok(match state.mode {
                 HoldMode::NotALock(_) => Exit::NotALock,
@@ -198,7 +223,7 @@ async fn run(cli: &Cli, client: &LockClient) -> Outcome {
         }
         Command::List { pattern, max_keys } => {
             let found = client.find_locks(pattern, *max_keys).await?;
-            let clients = client.connected_lock_clients().await.unwrap_or_default();
+            let clients = clients(client).await;
             show::print_list(&found, &clients, cli.json);
             if found.incomplete {
                 eprintln!(
@@ -223,6 +248,14 @@ async fn run(cli: &Cli, client: &LockClient) -> Outcome {
     }
 }
 
+/// The connected clients of this crate, or why they could not be listed.
+pub(crate) async fn clients(client: &LockClient) -> show::Clients {
+    client
+        .connected_lock_clients()
+        .await
+        .map_err(|error| error.to_string())
+}
+
 /// Asks `question` on the terminal; only `y` or `yes` agrees.
 fn confirmed(question: &str) -> bool {
     eprint!("{question} [y/N] ");
@@ -236,7 +269,7 @@ fn confirmed(question: &str) -> bool {
 
 async fn force_unlock(cli: &Cli, client: &LockClient, name: &str, yes: bool) -> Outcome {
     let state = client.inspect(name).await?;
-    let clients = client.connected_lock_clients().await.unwrap_or_default();
+    let clients = clients(client).await;
     let how = match &state.mode {
         HoldMode::NotALock(what) => {
             return Err(Failure(
@@ -307,5 +340,7 @@ mod tests {
         assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
         assert!(parse_duration("soon").is_err());
         assert!(parse_duration("3d").is_err());
+        assert!(super::parse_period("0ms").is_err());
+        assert_eq!(super::parse_period("5"), Ok(Duration::from_secs(5)));
     }
 }

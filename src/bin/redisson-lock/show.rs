@@ -7,8 +7,9 @@ use redisson_lock::inspect::{FoundLocks, HoldMode, Holder, LockState, Side};
 use redisson_lock::{LockOwner, Uuid};
 use serde_json::{json, Value};
 
-/// The connected clients of this crate, by client id (see `connected_lock_clients`).
-pub(crate) type Clients = HashMap<Uuid, String>;
+/// What the tool knows of the connected clients of this crate: by client id with their
+/// addresses (see `connected_lock_clients`), or why they could not be listed.
+pub(crate) type Clients = Result<HashMap<Uuid, String>, String>;
 
 pub(crate) fn print_json(value: &Value) {
     println!("{value}");
@@ -48,17 +49,26 @@ fn side_name(side: Side) -> &'static str {
 /// Which side an owner is on, as far as the data tells: a connected client of this crate
 /// (its connection carries the client id), or unknown.
 fn origin<'a>(owner: Option<&LockOwner>, clients: &'a Clients) -> Option<&'a String> {
-    clients.get(&owner?.client_id())
+    clients.as_ref().ok()?.get(&owner?.client_id())
 }
 
 fn owner_json(field: &str, owner: Option<&LockOwner>, clients: &Clients) -> Value {
     let client = origin(owner, clients);
+    // "connected": a client of this crate holding a connection now; "unknown": anything
+    // else, since a Java client, an unnamed connection and a dead client look alike.
+    let liveness = if client.is_some() {
+        "connected"
+    } else {
+        "unknown"
+    };
     json!({
         "field": field,
         "client_id": owner.map(|o| o.client_id().to_string()),
         "owner_id": owner.map(|o| o.id()),
         "client": if client.is_some() { "redisson-lock" } else { "unknown" },
         "client_addr": client,
+        "liveness": liveness,
+        "clients_unlisted": clients.as_ref().err(),
     })
 }
 
@@ -128,15 +138,22 @@ fn human_duration(duration: Duration) -> String {
     }
 }
 
-/// Who an owner is, in words: never a guess about its language.
+/// Who an owner is, in words: never a guess about its language, nor about its liveness.
 fn who(owner: Option<&LockOwner>, clients: &Clients) -> String {
-    match (owner, origin(owner, clients)) {
-        (_, Some(addr)) => format!("a redisson-lock client, connected from {addr}"),
-        (Some(owner), None) => format!(
-            "Java thread {} or a Rust owner; the client is not a connected redisson-lock client",
+    match (owner, origin(owner, clients), clients) {
+        (_, Some(addr), _) => format!("a redisson-lock client, connected from {addr}"),
+        (Some(owner), None, Ok(_)) => format!(
+            "Java thread {} or a Rust owner; liveness unknown: no redisson-lock client with \
+             this id is connected (Java clients never are, and a Rust client may be gone or \
+             unable to name its connection)",
             owner.id()
         ),
-        (None, None) => "not an owner field of the usual form".into(),
+        (Some(owner), None, Err(why)) => format!(
+            "Java thread {} or a Rust owner; liveness unknown: the connected clients could \
+             not be listed ({why})",
+            owner.id()
+        ),
+        (None, None, _) => "not an owner field of the usual form".into(),
     }
 }
 
@@ -197,7 +214,11 @@ pub(crate) fn print_state(state: &LockState, clients: &Clients, json: bool) {
         println!("{}", holder_line(holder, clients));
     }
     if state.queue_len > 0 {
-        println!("queue     {} waiting, head first", state.queue_len);
+        println!(
+            "queue     {} waiting, head first; each deadline is the one before it plus that \
+             waiter's wait (Redisson's fair queue)",
+            state.queue_len
+        );
         for (i, waiter) in state.queue.iter().enumerate() {
             let deadline = match waiter.deadline {
                 Some(at) => match at.duration_since(now) {

@@ -123,7 +123,8 @@ pub(crate) async fn watch(
     interval: Duration,
     duration: Option<Duration>,
 ) -> Outcome {
-    let sharded = client.redis().is_clustered();
+    // Where the client's own waiters would listen: sharded only where the servers have it.
+    let sharded = client.listens_sharded();
     let subscriber = listen(&cli.url).await?;
     let mut messages = subscriber.message_rx();
     let mut subscribed = HashSet::new();
@@ -177,12 +178,13 @@ pub(crate) async fn watch(
                 let now = Seen::of(&state);
                 match &seen {
                     None => {
+                        let clients = crate::clients(client).await;
                         if cli.json {
-                            let mut first = state_json(&state, &Default::default());
+                            let mut first = state_json(&state, &clients);
                             first["event"] = json!("state");
                             print_json(&first);
                         } else {
-                            print_state(&state, &Default::default(), false);
+                            print_state(&state, &clients, false);
                             println!("--- watching {name}; Ctrl-C to stop");
                         }
                     }
