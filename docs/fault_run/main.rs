@@ -1,18 +1,23 @@
 //! The load-and-faults run: worker processes, each with tasks on every kind of lock, work
-//! through fault-injecting proxies on one private `redis-server` (AOF, fsync on every write)
-//! while a schedule of faults plays: processes killed and paused, connections killed,
-//! scripts flushed, the server crashed and put to sleep, networks slowed, cut, black-holed
-//! and half-opened. Every invariant of `tests/support/workload.rs` is checked during and
-//! after the run. It prints the acquisitions, the faults injected by kind, the invariant
-//! violations (there must be none; the exit code says so) and the wait percentiles.
+//! against private Redis deployments while a schedule of faults plays. On one
+//! `redis-server` (AOF, fsync on every write), through fault-injecting proxies: processes
+//! killed and paused, connections killed, scripts flushed, the server crashed and put to
+//! sleep, networks slowed, cut, black-holed and half-opened. On a cluster with replicas, or
+//! a master with a replica and Sentinels (`--topology`): failovers, replicas paused,
+//! connections killed, Sentinels restarted, processes killed and paused (see `topology.rs`).
+//! Every invariant of `tests/support/workload.rs` is checked during and after the run. It
+//! prints the acquisitions, the faults injected by kind, the invariant violations (there
+//! must be none; the exit code says so) and the wait percentiles.
 //!
 //! ```sh
 //! cargo run --release --example fault_run                  # 2 minutes
 //! cargo run --release --example fault_run -- --duration 10m --processes 4 --tasks 8 --seed 7
+//! cargo run --release --example fault_run -- --topology cluster --duration 1m
 //! ```
 
 #[path = "../../tests/support/mod.rs"]
 mod support;
+mod topology;
 
 use std::collections::BTreeMap;
 use std::process::{Child, Command, Stdio};
@@ -21,8 +26,9 @@ use std::time::{Duration, Instant};
 
 use redisson_lock::LockClient;
 use support::workload::{lost_updates, settle, Tally, Totals, Workload};
-use support::{FaultProxy, Net, RedisServer};
+use support::{FaultProxy, Net};
 use tokio::io::{AsyncBufReadExt, BufReader};
+use topology::{Deployment, Probe, Topology};
 
 /// The lease of watchdog holds: pauses and cuts in the schedule last longer.
 const WATCHDOG: Duration = Duration::from_millis(1500);
@@ -31,6 +37,9 @@ const COMMAND_TIMEOUT: Duration = Duration::from_millis(500);
 const WAIT: Duration = Duration::from_secs(1);
 /// The longest pause or cut the schedule injects.
 const LONGEST_FAULT: Duration = Duration::from_secs(3);
+/// How long a replica may take to confirm a lock's write (the most the command timeout
+/// allows).
+const REPLICA_WAIT: Duration = Duration::from_millis(250);
 /// How often a worker reports what it counted.
 const REPORT_EVERY: Duration = Duration::from_millis(250);
 
@@ -39,11 +48,13 @@ struct Options {
     processes: usize,
     tasks: usize,
     seed: u64,
+    topology: Topology,
 }
 
 fn usage() -> ! {
     eprintln!(
         "usage: fault_run [--duration 2m] [--processes 3] [--tasks 6] [--seed N]\n\
+         \x20                [--topology single|cluster|sentinel]\n\
          durations: 90s, 2m, 1h, or plain seconds"
     );
     std::process::exit(2)
@@ -69,6 +80,7 @@ fn options(args: &[String]) -> Options {
         seed: std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(1, |d| d.as_nanos() as u64),
+        topology: Topology::Single,
     };
     let mut args = args.iter();
     while let Some(flag) = args.next() {
@@ -78,6 +90,7 @@ fn options(args: &[String]) -> Options {
             "--processes" => options.processes = value.parse().unwrap_or_else(|_| usage()),
             "--tasks" => options.tasks = value.parse().unwrap_or_else(|_| usage()),
             "--seed" => options.seed = value.parse().unwrap_or_else(|_| usage()),
+            "--topology" => options.topology = Topology::parse(value).unwrap_or_else(|| usage()),
             _ => usage(),
         }
     }
@@ -100,6 +113,7 @@ async fn lock_client(url: &str) -> redisson_lock::Result<LockClient> {
         .watchdog_timeout(WATCHDOG)
         .command_timeout(COMMAND_TIMEOUT)
         .fair_wait_timeout(WAIT)
+        .wait_for_replicas(Some(REPLICA_WAIT))
         .build()
         .await
 }
@@ -167,6 +181,7 @@ fn report(tally: &Tally) {
 }
 
 /// A small seeded generator: the schedule of a run is reproduced by its seed.
+#[derive(Clone, Copy)]
 struct Rng(u64);
 
 impl Rng {
@@ -187,28 +202,62 @@ impl Rng {
     }
 }
 
-/// The faults of the schedule, each with its weight.
-const FAULTS: [(&str, u64); 10] = [
+/// What a fault of the schedule acts on.
+#[derive(Debug, Clone, Copy)]
+enum Target {
+    /// A worker process: 0 kill, 1 pause.
+    Worker(usize),
+    /// The deployment: that fault of [`Topology::faults`].
+    Deployment(usize),
+    /// A worker's proxy (single server only): that fault of [`NETWORK_FAULTS`].
+    Network(usize),
+}
+
+/// The faults every topology plays on its workers, each with its weight.
+const WORKER_FAULTS: [(&str, u64); 2] = [
     ("kill a worker (SIGKILL)", 2),
     ("pause a worker (SIGSTOP)", 2),
-    ("CLIENT KILL", 2),
-    ("SCRIPT FLUSH", 1),
-    ("crash and restart redis", 1),
-    ("DEBUG SLEEP", 1),
+];
+
+/// The faults played on a worker's proxy in front of a single server.
+const NETWORK_FAULTS: [(&str, u64); 4] = [
     ("slow network", 2),
     ("drop connections", 2),
     ("black hole", 2),
     ("half-open connections", 1),
 ];
 
+/// The schedule's faults for `topology`: name, weight, what it acts on.
+fn faults(topology: Topology) -> Vec<(&'static str, u64, Target)> {
+    let workers = (WORKER_FAULTS.iter().enumerate()).map(|(i, (n, w))| (*n, *w, Target::Worker(i)));
+    let deployment =
+        (topology.faults().iter().enumerate()).map(|(i, (n, w))| (*n, *w, Target::Deployment(i)));
+    let network = (NETWORK_FAULTS.iter().enumerate())
+        .filter(|_| topology == Topology::Single)
+        .map(|(i, (n, w))| (*n, *w, Target::Network(i)));
+    workers.chain(deployment).chain(network).collect()
+}
+
 /// The parent's side of one worker process.
 struct Worker {
     child: Child,
-    proxy: FaultProxy,
+    /// Its fault proxy, in front of a single server.
+    proxy: Option<FaultProxy>,
+}
+
+impl Worker {
+    /// The URL the worker connects with.
+    fn url(&self, deployment: &str) -> String {
+        self.proxy
+            .as_ref()
+            .map_or_else(|| deployment.to_owned(), FaultProxy::url)
+    }
 }
 
 struct Run {
-    server: Arc<Mutex<RedisServer>>,
+    deployment: Arc<Mutex<Deployment>>,
+    probe: Arc<Mutex<Probe>>,
+    url: String,
     workers: Vec<Worker>,
     tasks: usize,
     end: Instant,
@@ -218,8 +267,8 @@ struct Run {
 }
 
 impl Run {
-    /// Starts a worker process behind `proxy`, working until the end of the run.
-    fn spawn(&self, proxy: &FaultProxy) -> Child {
+    /// Starts a worker process on `url`, working until the end of the run.
+    fn spawn(&self, url: &str) -> Child {
         let seconds = self
             .end
             .saturating_duration_since(Instant::now())
@@ -228,7 +277,7 @@ impl Run {
         let mut child = Command::new(std::env::current_exe().unwrap())
             .args([
                 "--worker",
-                &proxy.url(),
+                url,
                 &self.tasks.to_string(),
                 &seconds.to_string(),
             ])
@@ -253,99 +302,99 @@ impl Run {
         child
     }
 
-    /// Runs a blocking command on the server from a blocking thread (the proxies live on
-    /// this runtime).
-    async fn on_server<T: Send + 'static>(
-        &self,
-        action: impl FnOnce(&mut RedisServer) -> T + Send + 'static,
-    ) -> T {
-        let server = self.server.clone();
-        tokio::task::spawn_blocking(move || action(&mut server.lock().unwrap()))
-            .await
-            .unwrap()
-    }
-
-    /// Injects one fault of `kind` on worker `target`; returns once it is healed.
-    async fn inject(&mut self, kind: usize, target: usize, rng: &mut Rng) {
+    /// Injects one fault on worker `target` or the deployment; returns once it is healed.
+    /// `Err` when the deployment did not recover from it.
+    async fn inject(&mut self, fault: Target, target: usize, rng: &mut Rng) -> Result<(), String> {
         let signal = |child: &Child, signal: &str| {
             let _ = Command::new("kill")
                 .args([format!("-{signal}"), child.id().to_string()])
                 .status();
         };
-        match kind {
-            0 => {
+        let proxy = self.workers[target].proxy.as_ref();
+        match fault {
+            Target::Worker(0) => {
                 let worker = &mut self.workers[target];
                 let _ = worker.child.kill();
                 let _ = worker.child.wait();
-                let child = self.spawn(&self.workers[target].proxy);
+                let child = self.spawn(&self.workers[target].url(&self.url));
                 self.workers[target].child = child;
             }
-            1 => {
+            Target::Worker(_) => {
                 let pause = rng.between(Duration::from_millis(300), LONGEST_FAULT);
                 signal(&self.workers[target].child, "STOP");
                 tokio::time::sleep(pause).await;
                 signal(&self.workers[target].child, "CONT");
             }
-            2 => {
-                let which = ["normal", "pubsub"][rng.below(2) as usize];
-                self.on_server(move |s| s.command(&["CLIENT", "KILL", "TYPE", which]))
-                    .await;
-            }
-            3 => {
-                self.on_server(|s| s.command(&["SCRIPT", "FLUSH"])).await;
-            }
-            4 => {
-                self.on_server(|s| {
-                    s.kill();
-                    s.restart();
+            Target::Deployment(kind) => {
+                // Blocking commands, on a thread of their own: the proxies live on this
+                // runtime.
+                let (deployment, probe) = (self.deployment.clone(), self.probe.clone());
+                // The generator goes along and comes back: a seed plays the same schedule
+                // whichever thread draws.
+                let mut drawing = *rng;
+                let (recovered, drawn) = tokio::task::spawn_blocking(move || {
+                    let mut probe = probe.lock().unwrap();
+                    let mut deployment = deployment.lock().unwrap();
+                    (deployment.inject(kind, &mut drawing, &mut probe), drawing)
                 })
-                .await;
+                .await
+                .unwrap();
+                *rng = drawn;
+                return recovered;
             }
-            5 => {
-                let sleep = rng.between(Duration::from_millis(200), Duration::from_millis(1200));
-                let seconds = format!("{:.3}", sleep.as_secs_f64());
-                self.on_server(move |s| s.command(&["DEBUG", "SLEEP", &seconds]))
-                    .await;
-            }
-            6 => {
+            Target::Network(0) => {
                 let base = rng.between(Duration::from_millis(1), Duration::from_millis(20));
                 let jitter = rng.between(Duration::ZERO, Duration::from_millis(20));
-                let proxy = &self.workers[target].proxy;
+                let proxy = proxy.expect("a proxy");
                 proxy.set(Net::Slow { base, jitter });
                 tokio::time::sleep(rng.between(Duration::from_secs(1), LONGEST_FAULT)).await;
                 proxy.set(Net::Clear);
             }
-            7 => self.workers[target].proxy.drop_connections(),
-            8 => {
-                let proxy = &self.workers[target].proxy;
+            Target::Network(1) => proxy.expect("a proxy").drop_connections(),
+            Target::Network(2) => {
+                let proxy = proxy.expect("a proxy");
                 proxy.set(Net::BlackHole);
                 tokio::time::sleep(rng.between(Duration::from_millis(300), LONGEST_FAULT)).await;
                 proxy.set(Net::Clear);
             }
-            _ => self.workers[target].proxy.half_open(),
+            Target::Network(_) => proxy.expect("a proxy").half_open(),
         }
+        Ok(())
     }
 }
 
-/// The parent: starts the server, the proxies and the workers, plays the schedule, waits
-/// for the workers, checks what is left, and prints the report. Returns the number of
-/// violations.
+/// The parent: starts the deployment, the proxies and the workers, plays the schedule,
+/// waits for the workers, checks what is left, and prints the report. Returns the number
+/// of violations.
 async fn run(options: &Options) -> usize {
-    let server = RedisServer::start_with(true, &["--enable-debug-command", "local"]);
-    let version = server.command(&["INFO", "server"]);
-    let version = (version.lines())
-        .find_map(|line| line.strip_prefix("redis_version:"))
-        .unwrap_or("?")
-        .trim()
-        .to_owned();
-    let url = server.url();
+    let topology = options.topology;
+    let deployment = tokio::task::spawn_blocking(move || Deployment::start(topology))
+        .await
+        .unwrap();
+    let url = deployment.url();
     println!(
-        "load-and-faults run: {:?}, {} processes x {} tasks, seed {}, redis {version} (AOF, fsync always)",
-        options.duration, options.processes, options.tasks, options.seed
+        "load-and-faults run: {:?}, {} processes x {} tasks, seed {}, {}",
+        options.duration,
+        options.processes,
+        options.tasks,
+        options.seed,
+        deployment.describe()
     );
+    let proxied = deployment.proxied_port();
+    let probe = Probe {
+        client: lock_client(&url).await.expect("connect the probe"),
+        runtime: tokio::runtime::Handle::current(),
+        tried: 0,
+        refused: 0,
+        other: 0,
+        violations: Vec::new(),
+        names: 0,
+    };
     let started = Instant::now();
     let mut run = Run {
-        server: Arc::new(Mutex::new(server)),
+        deployment: Arc::new(Mutex::new(deployment)),
+        probe: Arc::new(Mutex::new(probe)),
+        url: url.clone(),
         workers: Vec::new(),
         tasks: options.tasks,
         end: started + options.duration,
@@ -353,31 +402,39 @@ async fn run(options: &Options) -> usize {
         done: Arc::default(),
     };
     for _ in 0..options.processes {
-        let port = run.server.lock().unwrap().port();
-        let proxy = FaultProxy::start(port).await;
-        let child = run.spawn(&proxy);
+        let proxy = match proxied {
+            Some(port) => Some(FaultProxy::start(port).await),
+            None => None,
+        };
+        let child = run.spawn(&proxy.as_ref().map_or_else(|| url.clone(), FaultProxy::url));
         run.workers.push(Worker { child, proxy });
     }
 
     // The schedule: a fault at a time, a quiet spell of up to 1.5 s between two.
+    let faults = faults(topology);
     let mut rng = Rng(options.seed | 1);
     let mut injected: BTreeMap<&str, u64> = BTreeMap::new();
-    let total_weight: u64 = FAULTS.iter().map(|(_, weight)| weight).sum();
+    let mut violations = Vec::new();
+    let total_weight: u64 = faults.iter().map(|(_, weight, _)| weight).sum();
     // The last seconds are quiet, so that the last faults' effects settle before the end.
     while Instant::now() + LONGEST_FAULT * 2 < run.end {
         tokio::time::sleep(rng.between(Duration::from_millis(300), Duration::from_millis(1500)))
             .await;
         let mut pick = rng.below(total_weight);
-        let kind = (FAULTS.iter())
-            .position(|(_, weight)| {
+        let (name, _, fault) = *(faults.iter())
+            .find(|(_, weight, _)| {
                 let hit = pick < *weight;
                 pick = pick.saturating_sub(*weight);
                 hit
             })
             .unwrap();
         let target = rng.below(options.processes as u64) as usize;
-        run.inject(kind, target, &mut rng).await;
-        *injected.entry(FAULTS[kind].0).or_default() += 1;
+        if let Err(error) = run.inject(fault, target, &mut rng).await {
+            violations.push(format!(
+                "the deployment did not recover from {name}: {error}"
+            ));
+        }
+        *injected.entry(name).or_default() += 1;
     }
 
     // Every worker ends by itself and says so; a worker that does not is stuck.
@@ -387,7 +444,6 @@ async fn run(options: &Options) -> usize {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let done = *run.done.lock().unwrap();
-    let mut violations = Vec::new();
     if done < options.processes {
         violations.push(format!(
             "{} of {} workers did not finish",
@@ -401,26 +457,33 @@ async fn run(options: &Options) -> usize {
     }
     let elapsed = started.elapsed();
 
-    // What is left once every lease has run out.
+    // What is left once every lease has run out, read from the masters of now.
     let observer = lock_client(&url).await.expect("connect after the run");
-    let server = Arc::try_unwrap(run.server)
+    let deployment = Arc::try_unwrap(run.deployment)
         .ok()
         .expect("the schedule is over");
-    let server = server.into_inner().unwrap();
-    violations.extend(settle(&observer, &server, &workload, Duration::from_secs(30)).await);
-    violations.extend(lost_updates(&server, &workload));
+    let deployment = deployment.into_inner().unwrap();
+    violations.extend(settle(&observer, &deployment, &workload, Duration::from_secs(30)).await);
+    violations.extend(lost_updates(&deployment, &workload));
     observer.shutdown().await;
+    let probe = Arc::try_unwrap(run.probe)
+        .ok()
+        .expect("the schedule is over");
+    let mut probe = probe.into_inner().unwrap();
+    probe.client.shutdown().await;
+    violations.append(&mut probe.violations);
 
     let mut totals = std::mem::take(&mut *run.totals.lock().unwrap());
     violations.extend(totals.token_violations());
     violations.extend(std::mem::take(&mut totals.violations));
-    print_report(&mut totals, &injected, &violations, elapsed);
+    print_report(&mut totals, &injected, &probe, &violations, elapsed);
     violations.len()
 }
 
 fn print_report(
     totals: &mut Totals,
     injected: &BTreeMap<&str, u64>,
+    probe: &Probe,
     violations: &[String],
     elapsed: Duration,
 ) {
@@ -458,8 +521,35 @@ fn print_report(
     for (error, n) in &totals.errors {
         println!("  {error:<40} {n}");
     }
+    if probe.tried > 0 {
+        println!(
+            "acquisitions tried while a replica was stopped  {}: refused (NotReplicated) {}, \
+             timed out or reset {}, confirmed {}",
+            probe.tried,
+            probe.refused,
+            probe.other,
+            probe.tried - probe.refused - probe.other
+        );
+    }
     println!("invariant violations  {}", violations.len());
-    for violation in violations {
+    // The first ones, and how many of each kind follow (one fault may break thousands).
+    for violation in violations.iter().take(SHOWN) {
         println!("  {violation}");
     }
+    let mut rest: BTreeMap<String, u64> = BTreeMap::new();
+    for violation in violations.iter().skip(SHOWN) {
+        let kind = violation.trim_start_matches(|c: char| !c.is_alphabetic());
+        let kind: String = kind
+            .split(char::is_numeric)
+            .next()
+            .unwrap_or_default()
+            .into();
+        *rest.entry(kind).or_default() += 1;
+    }
+    for (kind, n) in rest {
+        println!("  … and {n} more like: {kind}…");
+    }
 }
+
+/// How many violations the report lists one by one.
+const SHOWN: usize = 20;

@@ -375,8 +375,12 @@ impl RedisServer {
         let mut cmd = Command::new(&binary);
         if let Some(config) = &self.config {
             let file = self.dir.join("redis.conf");
-            fs::write(&file, config)
-                .map_err(|e| format!("cannot write {}: {e}", file.display()))?;
+            // A Sentinel rewrites its file (its id, the master it follows, the epoch): a
+            // restart keeps what it learnt, as a real one does.
+            if !file.exists() {
+                fs::write(&file, config)
+                    .map_err(|e| format!("cannot write {}: {e}", file.display()))?;
+            }
             cmd.arg(file);
         }
         cmd.arg("--port").arg(self.port.to_string());

@@ -349,8 +349,8 @@ impl SentinelSetup {
              sentinel failover-timeout {SERVICE} 5000\n",
             master.port()
         );
-        // Each with an id of its own in its config file, kept across restarts, which write
-        // the file again.
+        // Each with an id of its own in its config file, which a restart keeps (with all
+        // the Sentinel wrote there since).
         let sentinels: Vec<RedisServer> = (1..=3)
             .map(|n| RedisServer::start_sentinel(&format!("{config}sentinel myid {n:040x}\n")))
             .collect();

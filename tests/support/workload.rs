@@ -675,16 +675,42 @@ fn count_error(tally: &Tally, during: &str, error: &Error) {
         Error::NotHeld { .. } => tally.error(format!("{during}: not held")),
         Error::Closed => tally.error(format!("{during}: closed")),
         Error::WouldDeadlock(_) => tally.error(format!("{during}: would deadlock")),
+        // No replica confirmed in time (one is paused, or a failover is under way): the
+        // acquisition was undone, or the release happened on the master only.
+        Error::NotReplicated { .. } => tally.error(format!("{during}: not replicated")),
         other => tally.violation(format!("{during}: {other}")),
     }
 }
 
+/// Where the checks after a run read the workload's keys: one server, or the masters of a
+/// replicated deployment as they are at the time of the call (after failovers).
+pub trait Store {
+    /// Every key, on every master.
+    fn keys(&self) -> Vec<String>;
+    /// Sends `args`, a command on `key` alone, to the master that holds `key`.
+    fn on_key(&self, key: &str, args: &[&str]) -> String;
+}
+
+impl Store for RedisServer {
+    fn keys(&self) -> Vec<String> {
+        let keys = self.command(&["KEYS", "*"]);
+        (keys.lines())
+            .filter(|key| !key.is_empty())
+            .map(str::to_owned)
+            .collect()
+    }
+
+    fn on_key(&self, _key: &str, args: &[&str]) -> String {
+        self.command(args)
+    }
+}
+
 /// The data invariant: every resource's value equals its count of accepted writes.
-pub fn lost_updates(server: &RedisServer, workload: &Workload) -> Vec<String> {
+pub fn lost_updates(store: &impl Store, workload: &Workload) -> Vec<String> {
     let mut violations = Vec::new();
     for name in workload.names() {
         let [value, accepted, ..] = resource_keys(&name);
-        let read = |key: &str| match server.command(&["GET", key]).as_str() {
+        let read = |key: &str| match store.on_key(key, &["GET", key]).as_str() {
             "(nil)" => 0,
             n => n.parse::<i64>().unwrap(),
         };
@@ -706,7 +732,7 @@ pub fn lost_updates(server: &RedisServer, workload: &Workload) -> Vec<String> {
 /// waiters' fences and owners' traces) must have a TTL. Returns the violations.
 pub async fn settle(
     client: &LockClient,
-    server: &RedisServer,
+    store: &impl Store,
     workload: &Workload,
     limit: Duration,
 ) -> Vec<String> {
@@ -714,11 +740,9 @@ pub async fn settle(
     let start = Instant::now();
     // The locks' hashes, and the read holds' timeout keys, which expire with them.
     let held = || {
-        let keys = server.command(&["KEYS", "*"]);
         let names = workload.names();
-        (keys.lines())
-            .filter(|key| names.iter().any(|name| name == key) || key.contains(":rwlock_timeout"))
-            .map(str::to_owned)
+        (store.keys().into_iter())
+            .filter(|key| names.contains(key) || key.contains(":rwlock_timeout"))
             .collect::<Vec<_>>()
     };
     while !held().is_empty() && start.elapsed() < limit {
@@ -733,7 +757,7 @@ pub async fn settle(
         // Each waiter left in the queue by a killed process holds it up for its wait (the
         // workload's, which its clients also give their fair waiters).
         let queue = format!("redisson_lock_queue:{{{name}}}");
-        let gone: u32 = server.command(&["LLEN", &queue]).parse().unwrap_or(0);
+        let gone: u32 = store.on_key(&queue, &["LLEN", &queue]).parse().unwrap_or(0);
         match lock
             .try_lock_for(&owner, limit + workload.wait * gone)
             .await
@@ -748,20 +772,19 @@ pub async fn settle(
             )),
         }
     }
-    violations.extend(leftovers(server));
+    violations.extend(leftovers(store));
     violations
 }
 
 /// What is left that should not be: keys other than the resources and token counters,
 /// except those that expire by themselves; no key of a lock may live without a TTL.
-pub fn leftovers(server: &RedisServer) -> Vec<String> {
+pub fn leftovers(store: &impl Store) -> Vec<String> {
     let mut violations = Vec::new();
-    let keys = server.command(&["KEYS", "*"]);
-    for key in keys.lines().filter(|key| !key.is_empty()) {
+    for key in store.keys() {
         if key.starts_with("resource:") || key.starts_with("redisson_lock_token:") {
             continue;
         }
-        let ttl: i64 = server.command(&["PTTL", key]).parse().unwrap_or(-2);
+        let ttl: i64 = store.on_key(&key, &["PTTL", &key]).parse().unwrap_or(-2);
         // Unlock latches, and a fair waiter's fence and an owner's trace (left by a wait that
         // had an attempt go unanswered), expire by themselves.
         let expiring = [
