@@ -26,6 +26,12 @@ use crate::script::{Call, ScriptRunner};
 use crate::sentinel;
 use crate::watchdog::Watchdog;
 
+/// The shortest time a master that counted replicas and counts none still has its writes
+/// confirmed: longer than a client takes to follow a Sentinel failover (the Sentinels name
+/// the new master about a second after the promotion; the client asks them every half
+/// second, and reconnects).
+const LOST_REPLICAS_GRACE: Duration = Duration::from_secs(10);
+
 /// Settings fixed when the client is built.
 #[derive(Debug, Clone)]
 pub(crate) struct Settings {
@@ -184,7 +190,10 @@ impl Engine {
         // The subscriber connection is checked as often as holds are renewed.
         let heartbeat = settings.watchdog_timeout / 3;
         let pubsub = PubSub::start(subscriber, redis.clone(), pubsub, heartbeat, shutdown_rx);
-        let replicas = Replicas::new(settings.replica_wait, settings.watchdog_timeout);
+        // A master that lost its replicas is still asked for one for a watchdog lease, and at
+        // least long enough for every client to follow a failover (see `replicas.rs`).
+        let lost_replicas_grace = settings.watchdog_timeout.max(LOST_REPLICAS_GRACE);
+        let replicas = Replicas::new(settings.replica_wait, lost_replicas_grace);
         let server = format!("{:?}", redis.client_config().server);
         Arc::new(Engine {
             redis,

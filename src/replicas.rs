@@ -225,8 +225,9 @@ struct Cache {
     /// may be one whose replica was just promoted: the Sentinels (or a `CLUSTER FAILOVER`)
     /// leave it writable until they demote it, seconds later, and a hold written there
     /// meanwhile is lost at the demotion while a second owner takes the lock on the new
-    /// master. So its writes are still to be confirmed, for a grace as long as a watchdog
-    /// lease: they fail with `NotReplicated` until the client follows the failover.
+    /// master. So its writes are still to be confirmed for a grace (a watchdog lease, ten
+    /// seconds at least): they fail with `NotReplicated` until the client follows the
+    /// failover, or the master counts a replica again.
     seen_with_replicas: HashMap<Option<Server>, Instant>,
     /// A copy of the client's slot map, and when it was taken: fred hands out copies of the
     /// whole map, too costly for every lock operation.
