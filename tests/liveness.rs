@@ -79,7 +79,7 @@ fn now_us() -> i64 {
 /// The first instant (µs since the epoch) at which the server counts `key` as expired: a
 /// key expires once the server's clock in whole ms is past its `PEXPIRETIME`.
 fn expiry_us(server: &RedisServer, key: &str) -> i64 {
-    let at: i64 = server.command(&["PEXPIRETIME", key]).parse().unwrap();
+    let at = support::server::expire_time_ms(server, key);
     assert!(at > 0, "{key} has no expiry: {at}");
     (at + 1) * 1000
 }

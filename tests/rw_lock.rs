@@ -717,25 +717,8 @@ fn expiry(server: &RedisServer, name: &str) -> String {
     if support::server::server_version() >= (7, 0) {
         return server.command(&["PEXPIRETIME", name]);
     }
-    let script = format!("{}return at(KEYS[1])", lua_at());
+    let script = format!("{}return at(KEYS[1])", support::server::lua_at());
     server.command(&["EVAL", &script, "1", name])
-}
-
-/// Lua defining `at(key)`, a key's expiry as a Unix time in ms: `PEXPIRETIME`, or before Redis
-/// 7.0 its PTTL plus the server's time, read within one millisecond of the clock PTTL counts from.
-fn lua_at() -> &'static str {
-    if support::server::server_version() >= (7, 0) {
-        return "local function at(key) return redis.call('pexpiretime', key) end\n";
-    }
-    "local function ms(t) return t[1] * 1000 + math.floor(t[2] / 1000) end
-    local function at(key)
-        while true do
-            local before = ms(redis.call('time'))
-            local ttl = redis.call('pttl', key)
-            if ttl < 0 then return ttl end
-            if ms(redis.call('time')) == before then return before + ttl end
-        end
-    end\n"
 }
 
 /// A read release reads its own timeout key and the hash's TTL, not every reader's, unless
@@ -1216,7 +1199,7 @@ async fn a_renewal_never_ends_the_hash_after_its_readers_keys() {
             if not first or key_at < first then first = key_at end \
         end \
         return {at(KEYS[1]), first}";
-    let instants_script = format!("{}{INSTANTS}", lua_at());
+    let instants_script = format!("{}{INSTANTS}", support::server::lua_at());
     let prefix = timeout_key(name, &owner.to_string(), 1);
     let prefix = prefix.trim_end_matches(":1");
     let instants = || {

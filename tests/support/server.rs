@@ -579,3 +579,28 @@ fn parse_len(text: &str) -> io::Result<i64> {
 fn invalid(msg: &str) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, msg.to_string())
 }
+
+/// Lua defining `at(key)`, a key's expiry as a Unix time in ms: `PEXPIRETIME`, or before Redis
+/// 7.0 its PTTL plus the server's time, read within one millisecond of the clock PTTL counts from.
+pub fn lua_at() -> &'static str {
+    if server_version() >= (7, 0) {
+        return "local function at(key) return redis.call('pexpiretime', key) end\n";
+    }
+    "local function ms(t) return t[1] * 1000 + math.floor(t[2] / 1000) end
+    local function at(key)
+        while true do
+            local before = ms(redis.call('time'))
+            local ttl = redis.call('pttl', key)
+            if ttl < 0 then return ttl end
+            if ms(redis.call('time')) == before then return before + ttl end
+        end
+    end\n"
+}
+
+/// `key`'s expiry as a Unix time in ms (`PEXPIRETIME`, on every server version).
+pub fn expire_time_ms(server: &RedisServer, key: &str) -> i64 {
+    let script = format!("{}return at(KEYS[1])", lua_at());
+    let at = server.command(&["EVAL", &script, "1", key]);
+    at.parse()
+        .unwrap_or_else(|_| panic!("{key}'s expiry: {at}"))
+}
