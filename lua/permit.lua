@@ -28,13 +28,24 @@ local function permit(needs, command, ...)
     end
 end
 
+-- An error redis.pcall gave, in the server's own words: Redis 6.2 puts where the script made
+-- the call (`@user_script: 12: -`) in front of them.
+local function server_words(err)
+    local words = err
+    repeat
+        local before = words
+        words = words:gsub('^@user_script:%s?%d+:%s', '')
+    until words == before
+    return (words:gsub('^%-', ''))
+end
+
 -- The script's first write, made by redis.pcall: refused (or failed), it wrote nothing, and
 -- the error says so after the server's own words. Returns its reply.
 local function first_write(needs, command, ...)
     local reply = redis.pcall(command, ...)
     if type(reply) == 'table' and reply.err then
-        error({err = reply.err .. ' (' .. command .. ' on ' .. (...) .. ', which ' .. needs
-            .. ' needs; nothing was written)'})
+        error({err = server_words(reply.err) .. ' (' .. command .. ' on ' .. (...) .. ', which '
+            .. needs .. ' needs; nothing was written)'})
     end
     return reply
 end
@@ -47,6 +58,11 @@ local function ttl_permitted(key, ms, needs)
     end
     local reply = redis.pcall('pexpire', key, ms)
     if type(reply) == 'table' and reply.err then
-        refuse('pexpire', key, needs, reply.err)
+        local words = server_words(reply.err)
+        -- Only the ACL's refusal is one: a demoted master's READONLY, say, is what it is.
+        if words:find('^NOPERM') or words:find("can't run") or words:find('no permissions') then
+            refuse('pexpire', key, needs, words)
+        end
+        error({err = words .. ' (nothing was written)'})
     end
 end

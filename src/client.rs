@@ -29,7 +29,8 @@ use crate::spin_lock::SpinLock;
 ///
 /// ```no_run
 /// # async fn demo() -> redisson_lock::Result<()> {
-/// /// use redisson_lock::LockClient;
+/// use std::time::Duration;
+/// use redisson_lock::LockClient;
 ///
 /// // The simple way: one server, default settings.
 /// let client = LockClient::connect("redis://127.0.0.1:6379").await?;
