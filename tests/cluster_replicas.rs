@@ -324,6 +324,12 @@ async fn a_failover_after_an_unconfirmed_acquisition_makes_no_second_owner() {
 /// waits for that).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_wait_follows_a_script_sent_to_the_importing_master() {
+    let test = "the_wait_follows_a_script_sent_to_the_importing_master";
+    if support::server::is_valkey() && support::server::server_version() >= (8, 0) {
+        let why = "from Valkey 8.0 a master's CLUSTER SETSLOT waits for its replicas, and this \
+                   test ends the migration while the importing master's replica is stopped";
+        return support::server::skipped(test, why);
+    }
     let cluster = Cluster::start();
     let client = deployment_client(&cluster.url(), |b| {
         b.wait_for_replicas(Some(Duration::from_millis(500)))

@@ -78,12 +78,19 @@ fn immortal(server: &RedisServer) -> Vec<String> {
 
 /// Asserts that `result` is the refusal of a script that says it wrote nothing: in its own
 /// words (`NOPERM`, when it asked before its first write), or in the server's (when that
-/// write was refused).
+/// write was refused: Redis says the user "can't run this command", Valkey that it "has no
+/// permissions to run" it).
 fn refused_before_writing<T>(result: redisson_lock::Result<T>, what: &str) {
     match result {
         Err(e @ Error::Redis(_)) => {
             let text = e.to_string();
-            let refused = text.contains("NOPERM") || text.contains("can't run this command");
+            let refused = [
+                "NOPERM",
+                "can't run this command",
+                "has no permissions to run",
+            ]
+            .iter()
+            .any(|words| text.contains(words));
             assert!(
                 refused && text.contains("nothing was written"),
                 "{what}: {text}"

@@ -80,11 +80,39 @@ fn certificates(dir: &Path) {
     );
 }
 
+/// Whether the server can serve TLS. Redis built without TLS has no TLS settings at all.
+/// Valkey has them in every build, and one built without TLS crashes on `CONFIG SET
+/// tls-port`; asked for a TLS port at start, it says "Failed finding TLS support" and exits
+/// (a build with TLS exits too, on the missing certificate files, so the probe never runs).
+fn built_with_tls(server: &RedisServer) -> bool {
+    if server.command(&["CONFIG", "GET", "tls-port"]).is_empty() {
+        return false;
+    }
+    let missing = server.dir().join("no-such-file");
+    let missing = missing.to_string_lossy();
+    let probe = Command::new(support::server::ensure_redis_server())
+        .args([
+            "--port",
+            "0",
+            "--tls-port",
+            "1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+        ])
+        .args(["--tls-cert-file", &missing, "--tls-key-file", &missing])
+        .arg("--dir")
+        .arg(server.dir())
+        .output()
+        .expect("run redis-server");
+    !String::from_utf8_lossy(&probe.stdout).contains("Failed finding TLS support")
+}
+
 #[tokio::test]
 async fn a_rediss_url_locks_over_tls() {
     let server = RedisServer::start();
-    // A server built without TLS has no TLS settings at all.
-    if server.command(&["CONFIG", "GET", "tls-port"]).is_empty() {
+    if !built_with_tls(&server) {
         let why = "the server was built without TLS";
         return support::server::skipped("a_rediss_url_locks_over_tls", why);
     }

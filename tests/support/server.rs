@@ -43,8 +43,17 @@ pub fn ensure_redis_server() -> PathBuf {
 /// The (major, minor) version of [`ensure_redis_server`]'s binary, from its `--version`
 /// (`Redis server v=7.0.15 ...`; Valkey's says `Valkey server v=8.0.1 ...`).
 pub fn server_version() -> (u32, u32) {
-    static VERSION: OnceLock<(u32, u32)> = OnceLock::new();
-    *VERSION.get_or_init(|| {
+    server_identity().1
+}
+
+/// Whether [`ensure_redis_server`]'s binary is Valkey (its `--version` says so).
+pub fn is_valkey() -> bool {
+    server_identity().0
+}
+
+fn server_identity() -> (bool, (u32, u32)) {
+    static IDENTITY: OnceLock<(bool, (u32, u32))> = OnceLock::new();
+    *IDENTITY.get_or_init(|| {
         let binary = ensure_redis_server();
         let output = Command::new(&binary)
             .arg("--version")
@@ -55,7 +64,8 @@ pub fn server_version() -> (u32, u32) {
             .find_map(|word| word.strip_prefix("v="))
             .unwrap_or_else(|| panic!("no version in {} --version: {text}", binary.display()));
         let mut numbers = version.split('.').map(|n| n.parse().unwrap_or(0));
-        (numbers.next().unwrap_or(0), numbers.next().unwrap_or(0))
+        let version = (numbers.next().unwrap_or(0), numbers.next().unwrap_or(0));
+        (text.starts_with("Valkey"), version)
     })
 }
 

@@ -245,10 +245,14 @@ impl Cluster {
             .args(["--cluster-slots", &slots.to_string(), "--cluster-yes"])
             .output()
             .expect("redis-cli runs");
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        // Valkey 8+ makes a master's `CLUSTER SETSLOT` wait for its replicas; when its last
+        // slot leaves, its replica migrates away first and the wait ends in `NOREPLICAS`.
+        // The slot has moved all the same (the new owner's epoch wins): valkey-cli ignores
+        // that error, Redis's redis-cli stops on it. The settle below checks the outcome.
         assert!(
-            output.status.success(),
-            "redis-cli --cluster reshard failed: {}",
-            String::from_utf8_lossy(&output.stdout)
+            output.status.success() || stdout.contains("NOREPLICAS"),
+            "redis-cli --cluster reshard failed: {stdout}"
         );
         settle("every node to see the emptied master without slots", || {
             self.servers.iter().all(|s| {
