@@ -273,18 +273,34 @@ impl Cluster {
             .into_iter()
             .find(|n| n.master_id.as_deref() == Some(&master.id))
             .expect("every master has a replica");
-        assert_eq!(
-            self.server(replica.port).command(&["CLUSTER", "FAILOVER"]),
-            "OK"
-        );
         // Mid-failover a node's view may have no master for the slot for a moment.
-        settle("the replica to take over", || {
+        let took_over = || {
             self.nodes().iter().any(|n| {
                 n.id == replica.id
                     && n.master
                     && n.slots.iter().any(|(a, b)| (*a..=*b).contains(&slot))
             })
-        });
+        };
+        // A manual failover that the master does not join within Redis's 5 s is dropped
+        // without a word (a loaded machine can delay it): ask again until it happens.
+        let deadline = Instant::now() + SETTLE;
+        'asking: loop {
+            assert_eq!(
+                self.server(replica.port).command(&["CLUSTER", "FAILOVER"]),
+                "OK"
+            );
+            let retry_at = Instant::now() + Duration::from_secs(7);
+            while Instant::now() < retry_at {
+                if took_over() {
+                    break 'asking;
+                }
+                sleep(Duration::from_millis(20));
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the replica to take over: not within {SETTLE:?}"
+            );
+        }
         self.wait_healthy();
         self.master_of_slot(slot)
     }
