@@ -120,7 +120,9 @@ impl Running {
     }
 
     pub fn wait(&mut self) -> i32 {
-        let deadline = std::time::Instant::now() + Duration::from_secs(15);
+        // Generous: on a loaded machine the tool's shutdown (QUIT on each connection, a
+        // cluster's included) can take several command timeouts.
+        let deadline = std::time::Instant::now() + Duration::from_secs(40);
         loop {
             if let Some(status) = self.child.try_wait().unwrap() {
                 return status.code().unwrap_or(-1);
