@@ -102,6 +102,13 @@ fn refused_before_writing<T>(result: redisson_lock::Result<T>, what: &str) {
     }
 }
 
+/// Whether the server lets a script ask what the user may run (`redis.acl_check_cmd`, Redis
+/// 7.0+); says the test is skipped when not. Before 7.0 a refusal after the first write leaves
+/// that write, never a key without a TTL (see the test without it below).
+fn asks_before_writing(test: &str) -> bool {
+    has_redis_7(test, "redis.acl_check_cmd")
+}
+
 /// The commands each kind's acquire script writes a new hold with.
 fn new_hold_writes(kind: Kind) -> &'static [&'static str] {
     match kind {
@@ -114,11 +121,8 @@ fn new_hold_writes(kind: Kind) -> &'static [&'static str] {
 
 #[tokio::test]
 async fn a_new_hold_refused_a_command_it_writes_with_writes_nothing_for_every_kind() {
-    // Before 7.0 a script cannot ask what the user may run: there a refusal after the first
-    // write leaves that write, never a key without a TTL (see the test without it below).
-    if !has_redis_7(
+    if !asks_before_writing(
         "a_new_hold_refused_a_command_it_writes_with_writes_nothing_for_every_kind",
-        "redis.acl_check_cmd",
     ) {
         return;
     }
@@ -174,12 +178,8 @@ fn re_entry_writes(kind: Kind) -> &'static [&'static str] {
 
 #[tokio::test]
 async fn a_re_entry_or_a_join_refused_a_command_writes_nothing_for_every_kind() {
-    // Before 7.0 a script cannot ask what the user may run: there a refusal after the first
-    // write leaves that write, never a key without a TTL (see the test without it below).
-    if !has_redis_7(
-        "a_re_entry_or_a_join_refused_a_command_writes_nothing_for_every_kind",
-        "redis.acl_check_cmd",
-    ) {
+    if !asks_before_writing("a_re_entry_or_a_join_refused_a_command_writes_nothing_for_every_kind")
+    {
         return;
     }
     let server = RedisServer::start();
@@ -241,11 +241,8 @@ fn release_writes(kind: Kind, partial: bool) -> &'static [&'static str] {
 
 #[tokio::test]
 async fn a_release_refused_a_command_it_writes_with_writes_nothing_for_every_kind() {
-    // Before 7.0 a script cannot ask what the user may run: there a refusal after the first
-    // write leaves that write, never a key without a TTL (see the test without it below).
-    if !has_redis_7(
+    if !asks_before_writing(
         "a_release_refused_a_command_it_writes_with_writes_nothing_for_every_kind",
-        "redis.acl_check_cmd",
     ) {
         return;
     }
@@ -457,12 +454,7 @@ async fn without_acl_check_cmd_a_refusal_still_leaves_no_key_without_a_ttl() {
 
 #[tokio::test]
 async fn a_force_release_refused_its_delete_leaves_the_hold_as_it_was() {
-    // Before 7.0 a script cannot ask what the user may run: there a refusal after the first
-    // write leaves that write, never a key without a TTL (see the test without it below).
-    if !has_redis_7(
-        "a_force_release_refused_its_delete_leaves_the_hold_as_it_was",
-        "redis.acl_check_cmd",
-    ) {
+    if !asks_before_writing("a_force_release_refused_its_delete_leaves_the_hold_as_it_was") {
         return;
     }
     let server = RedisServer::start();
