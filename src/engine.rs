@@ -27,10 +27,9 @@ use crate::sentinel;
 use crate::watchdog::Watchdog;
 
 /// The shortest time a master that counted replicas and counts none still has its writes
-/// confirmed: longer than a client takes to follow a Sentinel failover (the Sentinels name
-/// the new master about a second after the promotion; the client asks them every half
-/// second, and reconnects).
-const LOST_REPLICAS_GRACE: Duration = Duration::from_secs(10);
+/// confirmed: longer than the Sentinels take to demote an old master that stayed up (they
+/// read a replica's role every ten seconds, and wait eight more before they correct it).
+const LOST_REPLICAS_GRACE: Duration = Duration::from_secs(30);
 
 /// Settings fixed when the client is built.
 #[derive(Debug, Clone)]

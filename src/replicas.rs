@@ -34,7 +34,7 @@ pub(crate) struct Replicas {
     /// `None`: the check is off.
     timeout: Option<Duration>,
     /// How long a master that had replicas and now counts none still has its writes
-    /// confirmed (see [`Cache::seen_with_replicas`]).
+    /// confirmed (see [`Cache::lost`]).
     lost_replicas_grace: Duration,
     cache: Mutex<Cache>,
     connections: Mutex<Connections>,
@@ -221,14 +221,18 @@ struct Cache {
     /// Each master's connected replicas, and when that was read. Keyed by the master
     /// serving the slot (`None` outside a cluster).
     counts: HashMap<Option<Server>, (i64, Instant)>,
-    /// When each master last counted a replica. A master that had replicas and counts none
+    /// The masters that counted replicas, each with the moment this client first counted
+    /// none there since (`None`: it counts some). A master that had replicas and counts none
     /// may be one whose replica was just promoted: the Sentinels (or a `CLUSTER FAILOVER`)
-    /// leave it writable until they demote it, seconds later, and a hold written there
-    /// meanwhile is lost at the demotion while a second owner takes the lock on the new
-    /// master. So its writes are still to be confirmed for a grace (a watchdog lease, ten
-    /// seconds at least): they fail with `NotReplicated` until the client follows the
-    /// failover, or the master counts a replica again.
-    seen_with_replicas: HashMap<Option<Server>, Instant>,
+    /// leave it writable until they demote it, up to tens of seconds later, and a hold
+    /// written there meanwhile is lost at the demotion while a second owner takes the lock
+    /// on the new master. So its writes are still to be confirmed for a grace (a watchdog
+    /// lease, thirty seconds at least) from the moment the loss was first seen: they fail
+    /// with `NotReplicated` until the client follows the failover, or the master counts a
+    /// replica again. Counted from that moment, not from the last count with replicas, so a
+    /// client that was away (paused, blind to the Sentinels) when the loss began still waits
+    /// a whole grace before it writes unconfirmed.
+    lost: HashMap<MasterId, Option<Instant>>,
     /// A copy of the client's slot map, and when it was taken: fred hands out copies of the
     /// whole map, too costly for every lock operation.
     routing: Option<(Option<ClusterRouting>, Instant)>,
@@ -464,32 +468,60 @@ impl Replicas {
         };
         let redis = redis.with_options(&to_master);
         let reading = redis.custom::<String, _>(info, vec![Value::from("replication")]);
-        let count = match Box::pin(reading).await {
-            Ok(text) => text
-                .lines()
-                .find_map(|line| line.strip_prefix("connected_slaves:"))
-                .and_then(|count| count.trim().parse().ok())
-                .unwrap_or(0),
+        let (count, replication_id) = match Box::pin(reading).await {
+            Ok(text) => (
+                field(&text, "connected_slaves")
+                    .and_then(|c| c.parse().ok())
+                    .unwrap_or(0),
+                field(&text, "master_replid").map(str::to_owned),
+            ),
             // A user without `@dangerous` commands: the cluster's node list has the replicas.
             Err(error) if is_refused(&error) && redis.is_clustered() => {
-                Box::pin(listed_replicas(&redis, slot)).await?
+                (Box::pin(listed_replicas(&redis, slot)).await?, None)
             }
             Err(error) => return Err(explained(error)),
+        };
+        let id = MasterId {
+            node: master.clone(),
+            replication_id,
         };
         let now = Instant::now();
         let mut cache = self.cache.lock();
         let count = if count > 0 {
-            cache.seen_with_replicas.insert(master.clone(), now);
+            cache.lost.insert(id, None);
             count
         } else {
-            // Replicas lost a moment ago: one must still confirm (see `seen_with_replicas`).
-            let lost_lately = (cache.seen_with_replicas.get(&master))
-                .is_some_and(|seen| now - *seen < self.lost_replicas_grace);
+            // Replicas lost lately: one must still confirm (see `Cache::lost`).
+            let grace = self.lost_replicas_grace;
+            let lost_lately = cache
+                .lost
+                .get_mut(&id)
+                .is_some_and(|since| now - *since.get_or_insert(now) < grace);
+            // Masters whose grace ran out are forgotten: one entry per failover would pile up.
+            cache
+                .lost
+                .retain(|_, since| since.is_none_or(|since| now - since < grace));
             i64::from(lost_lately)
         };
         cache.counts.insert(master.clone(), (count, now));
         Ok((master, count))
     }
+}
+
+/// A master as the replica check tells masters apart: the node serving the slot (`None`
+/// outside a cluster, where the client's one master changes with a failover) and its
+/// replication id where INFO was read. A promotion gives the new master a new id, so a
+/// master that lost its replica to a promotion is never taken for the one promoted.
+#[derive(Clone, PartialEq, Eq, Hash)]
+struct MasterId {
+    node: Option<Server>,
+    replication_id: Option<String>,
+}
+
+/// The value of `name` in the text of INFO.
+fn field<'a>(info: &'a str, name: &str) -> Option<&'a str> {
+    info.lines()
+        .find_map(|line| Some(line.strip_prefix(name)?.strip_prefix(':')?.trim()))
 }
 
 /// Whether the server refused a command to this user (ACL).

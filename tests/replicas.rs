@@ -260,11 +260,11 @@ async fn a_replica_cut_off_from_its_master_confirms_nothing() {
     assert_eq!(replica.command(&["EXISTS", "cut-off"]), "1");
     guard.unlock().await.unwrap();
 
-    // Gone for good: the master counts no replica, and once the client read that (its count
-    // is at most a second old) and the grace for a failover has passed (ten seconds with
-    // this short watchdog lease), nothing is waited for.
+    // Gone for good: the master counts no replica, and once the grace for a failover has
+    // passed since the client first read that (thirty seconds with this short watchdog
+    // lease), nothing is waited for.
     replica.command(&["REPLICAOF", "NO", "ONE"]);
-    within(WAKE * 5, "a lock + unlock without WAIT", async {
+    within(WAKE * 9, "a lock + unlock without WAIT", async {
         loop {
             let waits = command_calls(&master, "wait");
             // Until the client reads the new count, its old one may still fail an operation.
@@ -388,4 +388,79 @@ async fn a_master_whose_replica_was_just_promoted_confirms_nothing() {
     }
     assert_eq!(master.command(&["EXISTS", "promoted"]), "0", "undone");
     second.unlock().await.unwrap();
+}
+
+/// The same promotion, met by a client that was away (idle, paused, blind to the Sentinels)
+/// for longer than the grace since it last counted the replica: the grace runs from the
+/// moment the client first sees the loss, so the old master's writes are still refused.
+#[tokio::test]
+async fn a_client_away_when_the_replica_was_promoted_still_confirms_nothing() {
+    let (master, replica) = replicated();
+    // A short watchdog: the grace is then its floor, thirty seconds.
+    let old_side = client_of(&master, |b| {
+        b.wait_for_replicas(Some(Duration::from_millis(300)))
+            .watchdog_timeout(Duration::from_secs(1))
+    })
+    .await;
+    let lock = old_side.lock("away").unwrap();
+    lock.lock(&old_side.new_owner())
+        .await
+        .unwrap()
+        .unlock()
+        .await
+        .unwrap();
+    // The client is away: no lock call for longer than a grace counted from its last
+    // sight of the replica would last (ten seconds and more).
+    tokio::time::sleep(Duration::from_secs(12)).await;
+    replica.command(&["REPLICAOF", "NO", "ONE"]);
+    eventually(WAKE, "the old master to count no replica", || {
+        master
+            .command(&["INFO", "replication"])
+            .contains("connected_slaves:0")
+    })
+    .await;
+    match lock.try_lock(&old_side.new_owner()).await {
+        Err(Error::NotReplicated { name, .. }) => assert_eq!(name, "away"),
+        other => panic!("a hold the demotion would lose: {other:?}"),
+    }
+    assert_eq!(master.command(&["EXISTS", "away"]), "0", "undone");
+}
+
+/// A client that follows a failover to the promoted replica, which has no replica of its
+/// own yet, writes there at once: the promotion gave it a replication id of its own, so it
+/// is not taken for the master that lost its replica.
+#[tokio::test]
+async fn the_promoted_replica_is_not_taken_for_the_master_it_replaced() {
+    let (master, replica) = replicated();
+    let proxy = FaultProxy::start(master.port()).await;
+    let client = deployment_client(&proxy.url(), |b| {
+        b.wait_for_replicas(Some(Duration::from_millis(300)))
+    })
+    .await;
+    let lock = client.lock("followed").unwrap();
+    lock.lock(&client.new_owner())
+        .await
+        .unwrap()
+        .unlock()
+        .await
+        .unwrap();
+    replica.command(&["REPLICAOF", "NO", "ONE"]);
+    proxy.set_upstream(replica.port());
+    proxy.drop_connections();
+    // Past the client's cached count: it reads the new master's count.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let guard = within(WAKE, "an acquisition on the new master", async {
+        loop {
+            match lock.try_lock(&client.new_owner()).await {
+                Ok(guard) => break guard.expect("the lock is free"),
+                // The reconnect itself may cost a call.
+                Err(Error::Redis(_) | Error::Unreachable { .. }) => continue,
+                Err(other) => panic!("refused on the new master: {other}"),
+            }
+        }
+    })
+    .await;
+    assert_eq!(replica.command(&["EXISTS", "followed"]), "1");
+    assert_eq!(master.command(&["EXISTS", "followed"]), "0");
+    guard.unlock().await.unwrap();
 }
