@@ -190,7 +190,7 @@ impl Engine {
         let heartbeat = settings.watchdog_timeout / 3;
         let pubsub = PubSub::start(subscriber, redis.clone(), pubsub, heartbeat, shutdown_rx);
         // A master that lost its replicas is still asked for one for a watchdog lease, and at
-        // least long enough for every client to follow a failover (see `replicas.rs`).
+        // least long enough for every client to follow a failover (see `replicas/count.rs`).
         let lost_replicas_grace = settings.watchdog_timeout.max(LOST_REPLICAS_GRACE);
         let replicas = Replicas::new(settings.replica_wait, lost_replicas_grace);
         let server = format!("{:?}", redis.client_config().server);

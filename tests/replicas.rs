@@ -464,3 +464,44 @@ async fn the_promoted_replica_is_not_taken_for_the_master_it_replaced() {
     assert_eq!(master.command(&["EXISTS", "followed"]), "0");
     guard.unlock().await.unwrap();
 }
+
+/// A master just promoted, with no replica yet, gains one: the old master, made its replica
+/// (the Sentinels do so seconds after a failover), which could be promoted back at once.
+/// A write there right after the replica attached must wait for it, even when the client
+/// counted no replica a moment before: the count is read again behind the script.
+#[tokio::test]
+async fn a_replica_that_just_attached_to_a_promoted_master_must_confirm() {
+    let (old_master, promoted) = replicated();
+    promoted.command(&["REPLICAOF", "NO", "ONE"]);
+    eventually(WAKE, "the old master to count no replica", || {
+        (old_master.command(&["INFO", "replication"])).contains("connected_slaves:0")
+    })
+    .await;
+    let client = client_of(&promoted, |b| {
+        b.wait_for_replicas(Some(Duration::from_millis(300)))
+    })
+    .await;
+    let lock = client.lock("attached").unwrap();
+    let me = client.new_owner();
+    // Past any count read before: the client counts no replica here, now.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    lock.lock(&me).await.unwrap().unlock().await.unwrap();
+    // Within the second the client trusts that count: a replica attaches, in sync, and
+    // stops acknowledging.
+    let port = promoted.port().to_string();
+    old_master.command(&["REPLICAOF", "127.0.0.1", &port]);
+    eventually(WAKE, "the replica to attach", || {
+        let info = old_master.command(&["INFO", "replication"]);
+        info.contains("master_link_status:up") && info.contains("master_sync_in_progress:0")
+    })
+    .await;
+    let pid = process_id(&old_master);
+    signal(&pid, "-STOP");
+    let outcome = lock.try_lock(&me).await;
+    signal(&pid, "-CONT");
+    match outcome {
+        Err(Error::NotReplicated { name, .. }) => assert_eq!(name, "attached"),
+        other => panic!("a write its replica did not have was confirmed: {other:?}"),
+    }
+    assert_eq!(promoted.command(&["EXISTS", "attached"]), "0", "undone");
+}
