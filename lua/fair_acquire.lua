@@ -90,13 +90,16 @@ if redis.call('exists', key) == 0 then
         end
         ttl_permitted(key, lease, needs)
         if queued then
+            local ahead = redis.call('zscore', deadlines, owner)
             first_write(needs, 'lpop', queue)
             redis.call('zrem', deadlines, owner)
             -- The deadlines are chained (each one is the previous one plus that waiter's
             -- wait): the owner's link is gone, so every remaining deadline moves up by its
-            -- wait.
-            for _, waiter in ipairs(redis.call('zrange', deadlines, 0, -1)) do
-                redis.call('zincrby', deadlines, -wait, waiter)
+            -- wait, or less (see move_up_by).
+            local movers = redis.call('zrange', deadlines, 0, -1)
+            local move = move_up_by(deadlines, movers, ahead, wait)
+            for _, waiter in ipairs(movers) do
+                redis.call('zincrby', deadlines, -move, waiter)
             end
             redis.call('hset', key, owner, 1)
         else

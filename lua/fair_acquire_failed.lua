@@ -15,9 +15,10 @@
 -- ARGV[5]  the waiter's wait id
 -- ARGV[6]  how long the fence stays, in ms: longer than an attempt can stay on the wire
 --
--- Reply: nil, always. The deadline of every waiter behind the owner moves up by its wait
--- (a waiter without a deadline is left without one); then the owner is removed from both
--- the list and the zset. An owner that is not queued changes nothing.
+-- Reply: nil, always. The deadline of every waiter behind the owner moves up by its wait,
+-- or less (never by more than a waiter's gap to the one before it: see move_up_by in
+-- fair_queue.lua); a waiter without a deadline is left without one. Then the owner is
+-- removed from both the list and the zset. An owner that is not queued changes nothing.
 --
 -- Addition to Java (KEYS[3], KEYS[4], ARGV[3], ARGV[4] exist for it): when the owner was
 -- first in line and the lock is free, the new first waiter is told on its own channel, as
@@ -93,8 +94,9 @@ else
     -- no purge would pass.
     first_write(needs, 'lrem', queue, 0, owner)
 end
+local move = move_up_by(deadlines, behind, redis.call('zscore', deadlines, owner), wait)
 for _, waiter in ipairs(behind) do
-    redis.call('zincrby', deadlines, -wait, waiter)
+    redis.call('zincrby', deadlines, -move, waiter)
 end
 redis.call('zrem', deadlines, owner)
 return nil

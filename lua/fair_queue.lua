@@ -40,3 +40,26 @@ local function purge_stale_heads(queue, deadlines, now, needs)
         drop_heads(queue, deadlines, stale)
     end
 end
+
+-- How far the deadlines of `movers` (waiters in line order, the first right behind the owner
+-- whose deadline is `ahead`) move up when the owner leaves the line: by the owner's `wait`
+-- (what it added to the deadlines behind it), as Java moves them, but never by more than any
+-- mover's gap to the one before it. That gap is the mover's own wait, and a live waiter looks
+-- again by then: a waiter with a shorter wait than the owner's (a Java client with other
+-- settings) is never moved past its next look, so no purge drops it unwoken. With equal waits
+-- the gaps are the wait, and the move is Java's.
+local function move_up_by(deadlines, movers, ahead, wait)
+    local move = wait
+    local before = ahead and tonumber(ahead)
+    for _, waiter in ipairs(movers) do
+        local deadline = redis.call('zscore', deadlines, waiter)
+        if deadline then
+            deadline = tonumber(deadline)
+            if before then
+                move = math.min(move, deadline - before)
+            end
+            before = deadline
+        end
+    end
+    return math.max(move, 0)
+end
