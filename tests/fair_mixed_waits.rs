@@ -76,7 +76,7 @@ async fn a_java_waiter_behind_a_rust_waiter_with_a_longer_wait_is_woken_not_purg
     second.unlock().await.unwrap();
     assert_eq!(
         queued(&server, name),
-        [java.clone()],
+        vec![java.clone()],
         "the Java waiter was purged"
     );
     let (_, message) = within(WAKE, "the Java waiter's message", java_channel.next()).await;
