@@ -302,24 +302,38 @@ fn sentinel_fault(
 }
 
 /// `SENTINEL FAILOVER`, asked of a Sentinel until one takes it (right after a failover or
-/// a pause, the replica may not be eligible yet), then waits until every Sentinel names the
-/// new master and the old one follows it.
+/// a pause, the replica may not be eligible yet) and goes through with it (a Sentinel that
+/// said OK may still abort, finding no replica good enough: it is asked again), then waits
+/// until every Sentinel names the new master and the old one follows it.
 fn sentinel_failover(setup: &SentinelSetup, rng: &mut Rng) -> Result<(), String> {
     let old = current_master(setup);
+    let old_port = old.to_string();
     let deadline = Instant::now() + RECOVER;
     let mut asked = rng.below(setup.sentinels.len() as u64) as usize;
     loop {
         let sentinel = &setup.sentinels[asked % setup.sentinels.len()];
+        asked += 1;
         let reply = sentinel.command(&["SENTINEL", "FAILOVER", SERVICE]);
         if reply == "OK" {
-            break;
+            // Taken up: the Sentinel soon names another master, or it gave up.
+            let gone = Instant::now() + Duration::from_secs(10);
+            while Instant::now() < gone.min(deadline) {
+                let named = sentinel.command(&["SENTINEL", "GET-MASTER-ADDR-BY-NAME", SERVICE]);
+                if named.lines().nth(1) != Some(old_port.as_str()) {
+                    break;
+                }
+                sleep(Duration::from_millis(50));
+            }
+            let named = sentinel.command(&["SENTINEL", "GET-MASTER-ADDR-BY-NAME", SERVICE]);
+            if named.lines().nth(1) != Some(old_port.as_str()) {
+                break;
+            }
         }
         if Instant::now() > deadline {
             return Err(format!(
-                "SENTINEL FAILOVER refused for {RECOVER:?}: {reply}"
+                "SENTINEL FAILOVER refused or abandoned for {RECOVER:?}: {reply}"
             ));
         }
-        asked += 1;
         sleep(Duration::from_millis(200));
     }
     let (new, old_server) = if old == setup.master.port() {
@@ -328,12 +342,26 @@ fn sentinel_failover(setup: &SentinelSetup, rng: &mut Rng) -> Result<(), String>
         (&setup.master, &setup.replica)
     };
     let new_port = new.port().to_string();
-    wait_until("every Sentinel to name the new master", || {
-        setup.sentinels.iter().all(|s| {
-            let reply = s.command(&["SENTINEL", "GET-MASTER-ADDR-BY-NAME", SERVICE]);
-            reply.lines().nth(1) == Some(new_port.as_str())
-        }) && new.command(&["ROLE"]).starts_with("master")
-    })?;
+    let names_new = |s: &RedisServer| {
+        let reply = s.command(&["SENTINEL", "GET-MASTER-ADDR-BY-NAME", SERVICE]);
+        reply.lines().nth(1) == Some(new_port.as_str())
+    };
+    let converged =
+        || setup.sentinels.iter().all(names_new) && new.command(&["ROLE"]).starts_with("master");
+    if wait_until("every Sentinel to name the new master", converged).is_err() {
+        // What each Sentinel says, for the report: a failover a Sentinel aborted, or one
+        // that never heard of it.
+        let named: Vec<String> = (setup.sentinels.iter())
+            .map(|s| {
+                s.command(&["SENTINEL", "GET-MASTER-ADDR-BY-NAME", SERVICE])
+                    .replace('\n', ":")
+            })
+            .collect();
+        return Err(format!(
+            "every Sentinel to name the new master {new_port}: not within {RECOVER:?} (they name {})",
+            named.join(", ")
+        ));
+    }
     wait_until("the old master to follow the new one", || {
         in_sync(old_server)
     })
