@@ -32,6 +32,22 @@ async fn client_of(
     deployment_client(&master.url(), configure).await
 }
 
+/// Promotes `replica` (`REPLICAOF NO ONE`) and waits until `master` counts no replica.
+async fn promote(replica: &RedisServer, master: &RedisServer) {
+    replica.command(&["REPLICAOF", "NO", "ONE"]);
+    eventually(WAKE, "the old master to count no replica", || {
+        (master.command(&["INFO", "replication"])).contains("connected_slaves:0")
+    })
+    .await;
+}
+
+/// Takes and releases `lock` for a new owner of `client`, which has then counted the
+/// replicas of the lock's master.
+async fn lock_and_unlock(client: &LockClient, lock: &redisson_lock::Lock) {
+    let guard = lock.lock(&client.new_owner()).await.unwrap();
+    guard.unlock().await.unwrap();
+}
+
 /// Pauses `replica` for `seconds` in a thread of its own; joins when dropped.
 struct Paused(Option<std::thread::JoinHandle<()>>);
 
@@ -359,19 +375,8 @@ async fn a_master_whose_replica_was_just_promoted_confirms_nothing() {
     .await;
     let lock = old_side.lock("promoted").unwrap();
     // The client has seen the master with its replica.
-    lock.lock(&old_side.new_owner())
-        .await
-        .unwrap()
-        .unlock()
-        .await
-        .unwrap();
-    replica.command(&["REPLICAOF", "NO", "ONE"]);
-    eventually(WAKE, "the old master to count no replica", || {
-        master
-            .command(&["INFO", "replication"])
-            .contains("connected_slaves:0")
-    })
-    .await;
+    lock_and_unlock(&old_side, &lock).await;
+    promote(&replica, &master).await;
     // Past the client's cached count: it reads the master's count again.
     tokio::time::sleep(Duration::from_millis(1100)).await;
     let new_side = client_of(&replica, |b| b).await;
@@ -403,22 +408,11 @@ async fn a_client_away_when_the_replica_was_promoted_still_confirms_nothing() {
     })
     .await;
     let lock = old_side.lock("away").unwrap();
-    lock.lock(&old_side.new_owner())
-        .await
-        .unwrap()
-        .unlock()
-        .await
-        .unwrap();
+    lock_and_unlock(&old_side, &lock).await;
     // The client is away: no lock call for longer than a grace counted from its last
     // sight of the replica would last (ten seconds and more).
     tokio::time::sleep(Duration::from_secs(12)).await;
-    replica.command(&["REPLICAOF", "NO", "ONE"]);
-    eventually(WAKE, "the old master to count no replica", || {
-        master
-            .command(&["INFO", "replication"])
-            .contains("connected_slaves:0")
-    })
-    .await;
+    promote(&replica, &master).await;
     match lock.try_lock(&old_side.new_owner()).await {
         Err(Error::NotReplicated { name, .. }) => assert_eq!(name, "away"),
         other => panic!("a hold the demotion would lose: {other:?}"),
@@ -438,12 +432,7 @@ async fn the_promoted_replica_is_not_taken_for_the_master_it_replaced() {
     })
     .await;
     let lock = client.lock("followed").unwrap();
-    lock.lock(&client.new_owner())
-        .await
-        .unwrap()
-        .unlock()
-        .await
-        .unwrap();
+    lock_and_unlock(&client, &lock).await;
     replica.command(&["REPLICAOF", "NO", "ONE"]);
     proxy.set_upstream(replica.port());
     proxy.drop_connections();
@@ -472,11 +461,7 @@ async fn the_promoted_replica_is_not_taken_for_the_master_it_replaced() {
 #[tokio::test]
 async fn a_replica_that_just_attached_to_a_promoted_master_must_confirm() {
     let (old_master, promoted) = replicated();
-    promoted.command(&["REPLICAOF", "NO", "ONE"]);
-    eventually(WAKE, "the old master to count no replica", || {
-        (old_master.command(&["INFO", "replication"])).contains("connected_slaves:0")
-    })
-    .await;
+    promote(&promoted, &old_master).await;
     let client = client_of(&promoted, |b| {
         b.wait_for_replicas(Some(Duration::from_millis(300)))
     })
