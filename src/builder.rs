@@ -377,12 +377,12 @@ impl LockClientBuilder {
         // Connections this crate opened carry its name; a caller's clients keep theirs.
         let mut named = Vec::new();
         if owns_redis {
-            named.push(engine.redis.clone());
+            named.push(engine.redis().clone());
         }
         if clustered {
-            named.push(engine.scripts.client().clone());
+            named.push(engine.scripts_client().clone());
         }
-        connection_name::keep_named(named, engine.client_id, engine.watch_shutdown()).await;
+        connection_name::keep_named(named, engine.client_id(), engine.watch_shutdown()).await;
         Ok(LockClient::from_engine(engine))
     }
 }

@@ -67,7 +67,7 @@ impl LockClient {
 
     /// This client's id: the `<client uuid>` part of its owners' fields.
     pub fn id(&self) -> Uuid {
-        self.engine.client_id
+        self.engine.client_id()
     }
 
     /// A fresh owner identity, distinct from every other owner of this client.
@@ -206,7 +206,7 @@ impl LockClient {
     /// cover. (On a cluster the lock scripts go through a client of their own, which
     /// follows the cluster's redirections the way they need.)
     pub fn redis(&self) -> &Client {
-        &self.engine.redis
+        self.engine.redis()
     }
 
     /// Stops the watchdog and the pub/sub task, takes this client's fair lock waiters out
@@ -241,27 +241,27 @@ impl LockClient {
 
     /// How many holds the watchdog is renewing.
     pub fn renewed_holds(&self) -> usize {
-        self.engine.watchdog.renewed()
+        self.engine.watchdog().renewed()
     }
 
     /// How many pub/sub channels this client listens to (each shared by all its waiters).
     pub fn subscribed_channels(&self) -> usize {
-        self.engine.pubsub.channel_count()
+        self.engine.pubsub().channel_count()
     }
 
     /// Whether this client's waiters listen for unlock messages with sharded pub/sub
     /// (`SSUBSCRIBE`), as its [`PubSubMode`](crate::PubSubMode) and the servers decided (`Auto`: on a cluster
     /// whose masters all have sharded pub/sub, Redis 7 and later).
     pub fn listens_sharded(&self) -> bool {
-        self.engine.pubsub.flavour().sharded
+        self.engine.pubsub().flavour().sharded
     }
 }
 
 impl fmt::Debug for LockClient {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("LockClient")
-            .field("id", &self.engine.client_id)
-            .field("settings", &self.engine.settings)
+            .field("id", &self.engine.client_id())
+            .field("settings", self.engine.settings())
             .finish()
     }
 }

@@ -48,19 +48,19 @@ pub(crate) struct Settings {
 }
 
 pub(crate) struct Engine {
-    pub(crate) redis: Client,
+    redis: Client,
     /// Whether the lock scripts go through a client of their own (on a cluster), which this
     /// crate always made: `scripts.client()`.
     separate_script_client: bool,
-    pub(crate) scripts: ScriptRunner,
-    pub(crate) client_id: Uuid,
-    pub(crate) settings: Settings,
-    pub(crate) pubsub: PubSub,
-    pub(crate) watchdog: Arc<Watchdog>,
-    pub(crate) latches: Arc<Latches>,
-    pub(crate) replicas: Replicas,
+    scripts: ScriptRunner,
+    client_id: Uuid,
+    settings: Settings,
+    pubsub: PubSub,
+    watchdog: Arc<Watchdog>,
+    latches: Arc<Latches>,
+    replicas: Replicas,
     /// The server (or servers) of this client's configuration, as text.
-    pub(crate) server: String,
+    server: String,
     next_owner: AtomicU64,
     closed: AtomicBool,
     shutdown: watch::Sender<bool>,
@@ -70,7 +70,7 @@ pub(crate) struct Engine {
     /// by shutdown, which so waits for those on the wire and refuses later ones.
     queueing_attempts: Arc<RwLock<()>>,
     /// This client's fair waiters that may be in a queue.
-    pub(crate) queue_exits: QueueExits,
+    queue_exits: QueueExits,
     /// Clients this crate built, and so quits on shutdown.
     owns_redis: bool,
 }
@@ -213,6 +213,46 @@ impl Engine {
             queue_exits: QueueExits::default(),
             owns_redis,
         })
+    }
+
+    /// The client's command connection(s).
+    pub(crate) fn redis(&self) -> &Client {
+        &self.redis
+    }
+
+    /// The client the lock scripts go through (on a cluster, one of their own).
+    pub(crate) fn scripts_client(&self) -> &Client {
+        self.scripts.client()
+    }
+
+    pub(crate) fn client_id(&self) -> Uuid {
+        self.client_id
+    }
+
+    pub(crate) fn settings(&self) -> &Settings {
+        &self.settings
+    }
+
+    pub(crate) fn pubsub(&self) -> &PubSub {
+        &self.pubsub
+    }
+
+    pub(crate) fn watchdog(&self) -> &Arc<Watchdog> {
+        &self.watchdog
+    }
+
+    pub(crate) fn latches(&self) -> &Arc<Latches> {
+        &self.latches
+    }
+
+    /// The server (or servers) of this client's configuration, as text.
+    pub(crate) fn server(&self) -> &str {
+        &self.server
+    }
+
+    /// This client's fair waiters that may be in a queue.
+    pub(crate) fn queue_exits(&self) -> &QueueExits {
+        &self.queue_exits
     }
 
     pub(crate) fn new_owner(&self) -> LockOwner {

@@ -84,7 +84,7 @@ impl Fair {
     fn wait_ms(lock: &Target, wait: Wait) -> i64 {
         match wait {
             Wait::Until(_, limit) => millis(limit).max(1),
-            Wait::Once | Wait::Forever => millis(lock.engine.settings.fair_wait_timeout),
+            Wait::Once | Wait::Forever => millis(lock.engine.settings().fair_wait_timeout),
         }
     }
 
@@ -140,7 +140,7 @@ impl Fair {
 /// late as it runs the commands queued on the connection that carried it), and than the
 /// wait itself.
 fn fence_ttl(lock: &Target, wait_ms: i64) -> Duration {
-    let settings = &lock.engine.settings;
+    let settings = lock.engine.settings();
     let wait = Duration::from_millis(u64::try_from(wait_ms).unwrap_or(0));
     (latch_ttl(&lock.engine) + settings.watchdog_timeout).max(wait)
 }
@@ -215,7 +215,7 @@ impl Protocol for Fair {
     fn line_up(&self, lock: &Arc<Target>, owner: &LockOwner, wait: Wait) -> Option<Place> {
         let wait_ms = Fair::wait_ms(lock, wait);
         let (keys, field) = (&lock.keys, owner.field());
-        let id = lock.engine.queue_exits.wait_id();
+        let id = lock.engine.queue_exits().wait_id();
         let on_the_wire = OnTheWire::new(WaitMark {
             fence: Value::from(keys.fair_fence(field, id)),
             trace: Value::from(keys.fair_trace(field)),
@@ -261,7 +261,7 @@ impl QueueExit {
         // Tasks sharing an owner share its place in the queue.
         let place = format!("{}\0{}", lock.keys.fair_queue(), owner).into();
         let leave = Fair::leave_call(&lock, &owner, wait_ms, on_the_wire.mark(), (false, false));
-        let id = lock.engine.queue_exits.register(place, leave);
+        let id = lock.engine.queue_exits().register(place, leave);
         QueueExit {
             armed: Some(Armed {
                 lock,
@@ -277,7 +277,7 @@ impl QueueExit {
 impl Exit for QueueExit {
     fn disarm(mut self: Box<Self>) {
         if let Some(armed) = self.armed.take() {
-            armed.lock.engine.queue_exits.unregister(armed.id);
+            armed.lock.engine.queue_exits().unregister(armed.id);
         }
     }
 
@@ -341,13 +341,13 @@ async fn leave(armed: &Armed, keep: bool, tried: oneshot::Sender<()>) {
         on_the_wire,
     } = armed;
     on_the_wire.drained().await;
-    if !keep && !lock.engine.queue_exits.leaving(*id) {
+    if !keep && !lock.engine.queue_exits().leaving(*id) {
         // Another task of the owner still waits for the place.
-        lock.engine.queue_exits.unregister(*id);
+        lock.engine.queue_exits().unregister(*id);
         return;
     }
     let wait = Duration::from_millis(u64::try_from(*wait_ms).unwrap_or(0));
-    let lapses = Instant::now() + wait.max(lock.engine.settings.watchdog_timeout);
+    let lapses = Instant::now() + wait.max(lock.engine.settings().watchdog_timeout);
     let mut tried = Some(tried);
     let mut sent = 1;
     loop {
@@ -372,5 +372,5 @@ async fn leave(armed: &Armed, keep: bool, tried: oneshot::Sender<()>) {
             }
         }
     }
-    lock.engine.queue_exits.unregister(*id);
+    lock.engine.queue_exits().unregister(*id);
 }

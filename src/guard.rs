@@ -72,7 +72,7 @@ impl Lease {
 
     /// The lease in milliseconds as the scripts take it.
     pub(crate) fn millis(self, engine: &Engine) -> i64 {
-        millis(self.fixed.unwrap_or(engine.settings.watchdog_timeout))
+        millis(self.fixed.unwrap_or(engine.settings().watchdog_timeout))
     }
 }
 
@@ -107,7 +107,7 @@ impl Renewal {
         let ends = lease
             .fixed_duration()
             .map(|lease| lease_end(sent_at, lease));
-        let ticket = engine.watchdog.register(hold, sent_at, ends, new_hold);
+        let ticket = engine.watchdog().register(hold, sent_at, ends, new_hold);
         Renewal {
             ticket,
             registered: true,
@@ -291,12 +291,12 @@ impl LockGuard {
     /// # Cancel safety
     /// Cancel-safe; it only watches.
     pub fn lease_lost(&self) -> impl Future<Output = ()> + Send + 'static {
-        self.renewal.lost(&self.lock.engine.watchdog)
+        self.renewal.lost(self.lock.engine.watchdog())
     }
 
     /// Whether [`lease_lost`](LockGuard::lease_lost) has completed.
     pub fn is_lease_lost(&self) -> bool {
-        self.renewal.is_lost(&self.lock.engine.watchdog)
+        self.renewal.is_lost(self.lock.engine.watchdog())
     }
 
     /// The fencing token this hold was taken with; `Some` exactly for fenced holds.
@@ -314,7 +314,7 @@ impl LockGuard {
         let Some(Leaving {
             generation,
             keep_alive,
-        }) = self.renewal.finish(&self.lock.engine.watchdog)
+        }) = self.renewal.finish(self.lock.engine.watchdog())
         else {
             return Err(Error::not_held(&self.lock.name, &self.owner));
         };

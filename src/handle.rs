@@ -55,7 +55,7 @@ impl Handle {
         kind: impl FnOnce(&LockKeys) -> P,
     ) -> Result<Handle> {
         let keys = engine.lock_keys(name)?;
-        let prefix = &engine.settings.name_prefix;
+        let prefix = &engine.settings().name_prefix;
         let kind = kind(&keys);
         let wait = kind.default_wait();
         Ok(Handle {
@@ -100,7 +100,7 @@ impl Handle {
     /// The server (or servers) this handle's client talks to, for ordering multi-lock
     /// members.
     pub(crate) fn server(&self) -> &str {
-        &self.lock.engine.server
+        self.lock.engine.server()
     }
 
     /// Takes the lock, waiting until the hold is taken; `wrap` makes the kind's guard.
@@ -249,7 +249,7 @@ impl Handle {
                             // Undo exactly this acquisition: a failover could lose it.
                             // Boxed, as rare: it would double this future's size, whose
                             // box every acquisition allocates.
-                            let keep_alive = engine.watchdog.keep_alive(&lock.hold_key(&owner));
+                            let keep_alive = engine.watchdog().keep_alive(&lock.hold_key(&owner));
                             let lease_ms = keep_alive.map_or(lease_ms, millis);
                             drop(Box::pin(release(&lock, &owner, lease_ms)).await);
                             return Err(error);
@@ -264,7 +264,7 @@ impl Handle {
                 let (lock, owner) = (lock.clone(), owner.clone());
                 move |_: Taken| {
                     Box::pin(async move {
-                        let keep_alive = lock.engine.watchdog.keep_alive(&lock.hold_key(&owner));
+                        let keep_alive = lock.engine.watchdog().keep_alive(&lock.hold_key(&owner));
                         let lease_ms = keep_alive.map_or(lease_ms, millis);
                         drop(release(&lock, &owner, lease_ms).await)
                     })
@@ -295,10 +295,10 @@ impl Handle {
             let lock = &handle.lock;
             let lease_ms = handle.lease.millis(&lock.engine);
             let hold = lock.hold_key(&owner);
-            if lock.engine.watchdog.forget_if_lost(&hold) {
+            if lock.engine.watchdog().forget_if_lost(&hold) {
                 return Err(Error::not_held(&lock.name, &owner));
             }
-            let (generation, keep_alive) = lock.engine.watchdog.plan_unlock(&hold);
+            let (generation, keep_alive) = lock.engine.watchdog().plan_unlock(&hold);
             let lease_ms = keep_alive.map_or(lease_ms, millis);
             match release_settled(lock, &owner, lease_ms, generation, By::Owner).await? {
                 Released::NotHeld => Err(Error::not_held(&lock.name, &owner)),
@@ -310,7 +310,7 @@ impl Handle {
     /// Frees the lock whoever holds it; `true` when it was held.
     pub(crate) async fn force_unlock(&self) -> Result<bool> {
         let (lock, engine) = (&self.lock, &self.lock.engine);
-        let registered = engine.watchdog.generations_of_key(&lock.keys.raw);
+        let registered = engine.watchdog().generations_of_key(&lock.keys.raw);
         let (reply, confirmation) = engine
             .run_confirmed(lock.kind.force_release(lock), &lock.keys.raw, &lock.name)
             .await?;
@@ -319,7 +319,7 @@ impl Handle {
         // its holds (and their renewal).
         if freed {
             for (hold, generation) in registered {
-                engine.watchdog.forget(&hold, Some(generation));
+                engine.watchdog().forget(&hold, Some(generation));
             }
             replicated(lock, confirmation).await?;
         }
@@ -352,7 +352,7 @@ impl Handle {
         let engine = &self.lock.engine;
         engine.check_open()?;
         let value: Option<i64> = engine
-            .redis
+            .redis()
             .get(key)
             .await
             .map_err(|e| map_redis_error(e, &self.lock.name))?;

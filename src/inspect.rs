@@ -314,7 +314,7 @@ fn read(name: &str, keys: &LockKeys, reply: Value) -> Result<LockState> {
 async fn listeners(engine: &Engine, channels: Vec<String>) -> Result<Vec<ChannelListeners>> {
     let slot = ClusterHash::Custom(fred::util::redis_keyslot(channels[0].as_bytes()));
     let mut kinds = vec![("NUMSUB", ClusterHash::Random)];
-    if engine.pubsub.flavour().sharded {
+    if engine.pubsub().flavour().sharded {
         kinds.push(("SHARDNUMSUB", slot));
     }
     let mut counts: Vec<ChannelListeners> = channels
@@ -328,7 +328,7 @@ async fn listeners(engine: &Engine, channels: Vec<String>) -> Result<Vec<Channel
         let mut args = vec![Value::from(command)];
         args.extend(channels.iter().map(|c| Value::from(c.as_str())));
         let pubsub = CustomCommand::new_static("PUBSUB", route, false);
-        let reply: Value = engine.redis.custom(pubsub, args).await?;
+        let reply: Value = engine.redis().custom(pubsub, args).await?;
         for (count, pair) in counts.iter_mut().zip(array(reply).chunks(2)) {
             count.listeners += pair.get(1).and_then(Value::as_u64).unwrap_or(0);
         }
@@ -357,13 +357,13 @@ pub(crate) async fn find_locks(
     pattern: &str,
     max_keys: u64,
 ) -> Result<FoundLocks> {
-    let prefix = &engine.settings.name_prefix;
+    let prefix = &engine.settings().name_prefix;
     let held = format!("{}{pattern}", glob_escape(prefix));
     let queued = keys::prefix_name("redisson_lock_queue", &held);
     let mut found = FoundLocks::default();
     let mut names = Vec::new();
     for (matching, kind) in [(held.as_str(), "hash"), (queued.as_str(), "list")] {
-        let (keys, complete) = scan(&engine.redis, matching, kind, max_keys).await?;
+        let (keys, complete) = scan(engine.redis(), matching, kind, max_keys).await?;
         found.incomplete |= !complete;
         for key in keys {
             let raw = if kind == "list" {
@@ -467,7 +467,7 @@ async fn scan(
 /// connection named `redisson-lock:<uuid>` in `CLIENT LIST`, of every master on a cluster
 /// (a client names its connection to each).
 pub(crate) async fn connected_lock_clients(engine: &Engine) -> Result<HashMap<Uuid, String>> {
-    let redis = &engine.redis;
+    let redis = engine.redis();
     let lists = match masters(redis) {
         Some(masters) => {
             let mut lists = Vec::with_capacity(masters.len());

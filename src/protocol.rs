@@ -43,7 +43,7 @@ impl Drop for Target {
     fn drop(&mut self) {
         let keys = std::mem::take(self.latches.get_mut());
         if !keys.is_empty() {
-            self.engine.latches.retire(keys);
+            self.engine.latches().retire(keys);
         }
     }
 }
@@ -73,7 +73,7 @@ impl Target {
         T: Send + 'static,
         Fut: Future<Output = Result<T, RedisError>> + Send + 'static,
     {
-        let reply = query(self.engine.redis.clone(), self.keys.raw.clone());
+        let reply = query(self.engine.redis().clone(), self.keys.raw.clone());
         let name = self.name.clone();
         Box::pin(async move { reply.await.map_err(|e| map_redis_error(e, &name)) })
     }

@@ -36,7 +36,7 @@ pub(crate) enum By {
 
 /// How long a release's latch is kept: long enough for every resend of the release.
 pub(crate) fn latch_ttl(engine: &Engine) -> Duration {
-    (engine.settings.command_timeout + Duration::from_millis(500)) * RELEASE_SENDS
+    (engine.settings().command_timeout + Duration::from_millis(500)) * RELEASE_SENDS
         + Duration::from_secs(1)
 }
 
@@ -59,7 +59,7 @@ pub(crate) async fn release_settled(
     let outcome = release(lock, owner, lease_ms).instrument(span).await;
     observe::released(kind, &outcome, |(r, _)| *r == Released::NotHeld);
     let (released, confirmation) = outcome?;
-    let watchdog = &lock.engine.watchdog;
+    let watchdog = lock.engine.watchdog();
     match (released, by) {
         (Released::Partly, By::Owner) => watchdog.release_one(&hold, generation),
         (Released::Partly, By::Guard) => {}
@@ -95,8 +95,8 @@ pub(crate) async fn release(
             .latches
             .lock()
             .pop()
-            .unwrap_or_else(|| engine.latches.new_key(&lock.keys)),
-        request: engine.latches.request_id(),
+            .unwrap_or_else(|| engine.latches().new_key(&lock.keys)),
+        request: engine.latches().request_id(),
     };
     let latch_ttl = Value::from(millis(latch_ttl(engine)));
     let mut sent = 1;

@@ -100,7 +100,7 @@ where
     Fut: Future<Output = Result<Attempt<T>>>,
 {
     let looked = match wake {
-        Wake::Messages(_) => Some(engine.pubsub.now()),
+        Wake::Messages(_) => Some(engine.pubsub().now()),
         Wake::Spin(_) => None,
     };
     let ttl = match attempt().await? {
@@ -136,7 +136,7 @@ where
         // Spinning: try, sleep, try, ... (no retry in between to close a subscribe gap).
         tokio::time::sleep(spin_pause(delays, ttl, deadline)).await;
     }
-    let outage_limit = engine.settings.watchdog_timeout;
+    let outage_limit = engine.settings().watchdog_timeout;
     let mut subscription: Option<Subscription> = None;
     // This waiter's place among the channel's local waiters, held from its first attempt
     // after subscribing: a waiter woken first is never sent to the back by losing a race.
@@ -153,7 +153,7 @@ where
         }
         engine.check_open()?;
         if subscription.is_none() && spin.is_none() {
-            let subscribing = engine.pubsub.subscribe(channel);
+            let subscribing = engine.pubsub().subscribe(channel);
             let subscribed = match deadline {
                 Some(deadline) => match tokio::time::timeout_at(deadline, subscribing).await {
                     Ok(result) => result,
