@@ -181,3 +181,67 @@ fn guards_hold_across_threads_while_others_contend() {
     }
     assert!(!lock.is_locked().unwrap());
 }
+
+/// The handles' and the client's queries of the async API, from the blocking one: each
+/// answers what the async method answers.
+#[test]
+fn every_query_of_the_async_api_has_its_blocking_twin() {
+    use redisson_lock::{Backoff, WaitStrategy};
+    let server = RedisServer::start();
+    let client = blocking_client(&server);
+    let me = client.new_owner();
+
+    let lock = client
+        .lock("twins:plain")
+        .unwrap()
+        .with_lease(fixed(30_000));
+    assert_eq!(lock.lease(), fixed(30_000));
+    assert_eq!(lock.wait_strategy(), WaitStrategy::PubSub);
+    let spin = Backoff::constant(Duration::from_millis(5));
+    let spin_lock = client.spin_lock("twins:spin").unwrap().with_backoff(spin);
+    assert_eq!(spin_lock.wait_strategy(), WaitStrategy::Spin(spin));
+
+    let fenced = client.fenced_lock("twins:fenced").unwrap();
+    assert_eq!(fenced.latest_token().unwrap(), 0);
+    let token = fenced.lock(&me).unwrap();
+    assert_eq!(fenced.latest_token().unwrap(), token.token());
+    assert_eq!(client.renewed_holds(), 1);
+    drop(token);
+
+    let rw = client.read_write_lock("twins:rw").unwrap();
+    assert_eq!(rw.lease(), Lease::WATCHDOG);
+    let read = rw.read(&me).unwrap();
+    assert!(rw.is_read_locked().unwrap() && !rw.is_write_locked().unwrap());
+    assert!(rw.is_read_held_by(&me).unwrap() && !rw.is_write_held_by(&me).unwrap());
+    assert!(rw.remaining_lease().unwrap().is_some());
+    drop(read);
+    assert_eq!(rw.remaining_lease().unwrap(), None);
+
+    let multi = client
+        .multi_lock([MultiMember::from(&lock), MultiMember::from(&fenced)])
+        .unwrap()
+        .with_lease(fixed(30_000));
+    // Taken in name order, as the async multi-lock takes them.
+    assert_eq!(multi.names(), ["twins:fenced", "twins:plain"]);
+    let held = multi.lock(&me).unwrap();
+    let mut held_names = held.names();
+    held_names.sort_unstable();
+    assert_eq!(held_names, ["twins:fenced", "twins:plain"]);
+    assert!(held
+        .validity()
+        .is_some_and(|left| left <= Duration::from_secs(30)));
+
+    let found = client.find_locks("twins:*", 1_000).unwrap();
+    let mut names: Vec<_> = found.locks.iter().map(|state| state.name.clone()).collect();
+    names.sort();
+    assert_eq!(names, ["twins:fenced", "twins:plain"]);
+    assert!(client
+        .connected_lock_clients()
+        .unwrap()
+        .contains_key(&client.id()));
+    assert!(!client.listens_sharded());
+    assert!(client.subscribed_channels() <= 1);
+    held.unlock().unwrap();
+    client.shutdown();
+    assert!(client.is_shut_down());
+}

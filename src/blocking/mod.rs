@@ -34,6 +34,7 @@
 //! # Ok(()) }
 //! ```
 
+use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
@@ -41,7 +42,7 @@ use std::time::Duration;
 
 use crate::error::{Error, Result};
 use crate::guard::Lease;
-use crate::inspect::LockState;
+use crate::inspect::{FoundLocks, LockState};
 use crate::multi_lock::MultiMember;
 use crate::owner::LockOwner;
 use crate::wait::WaitStrategy;
@@ -177,12 +178,42 @@ impl LockClient {
         self.runtime.block_on(self.inner.shutdown())
     }
 
+    /// As [`LockClient::is_shut_down`](crate::LockClient::is_shut_down).
+    pub fn is_shut_down(&self) -> bool {
+        self.inner.is_shut_down()
+    }
+
+    /// As [`LockClient::renewed_holds`](crate::LockClient::renewed_holds).
+    pub fn renewed_holds(&self) -> usize {
+        self.inner.renewed_holds()
+    }
+
+    /// As [`LockClient::subscribed_channels`](crate::LockClient::subscribed_channels).
+    pub fn subscribed_channels(&self) -> usize {
+        self.inner.subscribed_channels()
+    }
+
+    /// As [`LockClient::listens_sharded`](crate::LockClient::listens_sharded).
+    pub fn listens_sharded(&self) -> bool {
+        self.inner.listens_sharded()
+    }
+
     blocking_methods! {
         /// As [`LockClient::inspect`](crate::LockClient::inspect).
         ///
         /// # Errors
         /// As [`LockClient::inspect`](crate::LockClient::inspect).
         fn inspect(&self, name: &str) -> Result<LockState>;
+        /// As [`LockClient::find_locks`](crate::LockClient::find_locks).
+        ///
+        /// # Errors
+        /// As [`LockClient::find_locks`](crate::LockClient::find_locks).
+        fn find_locks(&self, pattern: &str, max_keys: u64) -> Result<FoundLocks>;
+        /// As [`LockClient::connected_lock_clients`](crate::LockClient::connected_lock_clients).
+        ///
+        /// # Errors
+        /// As [`LockClient::connected_lock_clients`](crate::LockClient::connected_lock_clients).
+        fn connected_lock_clients(&self) -> Result<HashMap<Uuid, String>>;
     }
 
     /// A handle on several locks taken as one; see [`MultiLock`](crate::MultiLock).
@@ -214,7 +245,7 @@ impl LockClient {
     }
 }
 
-same!(LockState);
+same!(LockState, FoundLocks, HashMap<Uuid, String>);
 
 /// Releases `release` (a guard's unlock) before returning, or in the background when the
 /// thread runs async tasks; errors other than a lost hold are logged.
@@ -370,6 +401,16 @@ blocking_guard!(
         pub fn fence_tokens(&self) -> Vec<u64> {
             self.get().fence_tokens()
         }
+
+        /// The names of the members held.
+        pub fn names(&self) -> Vec<&str> {
+            self.get().names()
+        }
+
+        /// As [`MultiLockGuard::validity`](crate::MultiLockGuard::validity).
+        pub fn validity(&self) -> Option<Duration> {
+            self.get().validity()
+        }
     }
 );
 
@@ -420,6 +461,16 @@ macro_rules! blocking_lock {
             /// The lock's name.
             pub fn name(&self) -> &str {
                 self.inner.name()
+            }
+
+            /// The lease policy of the holds this handle takes.
+            pub fn lease(&self) -> Lease {
+                self.inner.lease()
+            }
+
+            /// How this handle waits.
+            pub fn wait_strategy(&self) -> WaitStrategy {
+                self.inner.wait_strategy()
             }
 
             blocking_methods! {
@@ -498,6 +549,27 @@ blocking_lock!(
     /// The blocking [`NonReentrantFairLock`](crate::NonReentrantFairLock).
     NonReentrantFairLock, LockGuard, non_reentrant_fair_lock
 );
+
+impl FencedLock {
+    blocking_methods! {
+        /// As [`FencedLock::latest_token`](crate::FencedLock::latest_token).
+        ///
+        /// # Errors
+        /// As [`FencedLock::latest_token`](crate::FencedLock::latest_token).
+        fn latest_token(&self) -> Result<u64>;
+    }
+}
+
+impl SpinLock {
+    /// The same lock with another back-off between its attempts, as
+    /// [`SpinLock::with_backoff`](crate::SpinLock::with_backoff).
+    pub fn with_backoff(self, backoff: crate::Backoff) -> SpinLock {
+        SpinLock {
+            inner: self.inner.with_backoff(backoff),
+            runtime: self.runtime,
+        }
+    }
+}
 
 // After the macros above, which they use.
 mod multi_lock;

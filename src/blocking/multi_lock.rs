@@ -27,6 +27,11 @@ impl MultiLock {
         }
     }
 
+    /// The members' names, in the order they are taken.
+    pub fn names(&self) -> Vec<&str> {
+        self.inner.names()
+    }
+
     blocking_methods! {
         /// Takes every member (a majority, for a RedLock), waiting as long as it takes.
         ///

@@ -46,6 +46,11 @@ impl ReadWriteLock {
         self.inner.name()
     }
 
+    /// The lease policy of the holds this handle takes.
+    pub fn lease(&self) -> Lease {
+        self.inner.lease()
+    }
+
     blocking_methods! {
         /// Takes a read hold, waiting as long as it takes.
         ///
@@ -112,6 +117,31 @@ impl ReadWriteLock {
         /// # Errors
         /// As [`is_locked`](Self::is_locked).
         fn write_hold_count(&self, owner: &LockOwner) -> Result<u64>;
+        /// As [`ReadWriteLock::is_read_locked`](crate::ReadWriteLock::is_read_locked).
+        ///
+        /// # Errors
+        /// As the async method.
+        fn is_read_locked(&self) -> Result<bool>;
+        /// As [`ReadWriteLock::is_write_locked`](crate::ReadWriteLock::is_write_locked).
+        ///
+        /// # Errors
+        /// As the async method.
+        fn is_write_locked(&self) -> Result<bool>;
+        /// As [`ReadWriteLock::is_read_held_by`](crate::ReadWriteLock::is_read_held_by).
+        ///
+        /// # Errors
+        /// As the async method.
+        fn is_read_held_by(&self, owner: &LockOwner) -> Result<bool>;
+        /// As [`ReadWriteLock::is_write_held_by`](crate::ReadWriteLock::is_write_held_by).
+        ///
+        /// # Errors
+        /// As the async method.
+        fn is_write_held_by(&self, owner: &LockOwner) -> Result<bool>;
+        /// As [`ReadWriteLock::remaining_lease`](crate::ReadWriteLock::remaining_lease).
+        ///
+        /// # Errors
+        /// As the async method.
+        fn remaining_lease(&self) -> Result<Option<Duration>>;
     }
 }
 
