@@ -17,13 +17,21 @@ pub enum Error {
     /// acquire or release, the command may or may not have run on the server; see
     /// [`Error::is_retryable`].
     #[error("{}", describe(.0))]
-    Redis(#[from] RedisError),
+    Redis(#[source] RedisError),
 
     /// The client could not connect when it was built: nothing answered at the address, the
     /// server refused the credentials, or the connection did not come up in time.
+    ///
+    /// Or, on a single server, a call made while the client's connection is down (the
+    /// server stopped or restarts) found that the server refuses connections: the call
+    /// fails at once instead of waiting for the command timeout, and the client keeps
+    /// reconnecting. A call that had sent nothing yet sent nothing; one whose command was
+    /// on the connection when it dropped may or may not have run, as with
+    /// [`Error::Redis`].
     #[error("cannot connect to Redis at {server}: {}", describe_connect(.source, .server))]
     Unreachable {
-        /// The server (or servers) the client was configured with.
+        /// The server (or servers) the client was configured with; for a refusal after the
+        /// client was built, the server that refused.
         server: String,
         /// What the driver reported.
         source: RedisError,
@@ -109,6 +117,7 @@ fn describe(error: &RedisError) -> String {
 fn describe_connect(error: &RedisError, server: &str) -> String {
     let tls = server.ends_with("(TLS)");
     match error.kind() {
+        ErrorKind::IO => io_words(error.details()),
         ErrorKind::Timeout if tls => "no answer within the command timeout; a TLS \
             (rediss://) connection to a server that does not speak TLS fails this way"
             .into(),
@@ -140,6 +149,18 @@ fn io_words(details: &str) -> String {
     match known.iter().find(|(kind, _)| details.contains(kind)) {
         Some((_, words)) => (*words).to_owned(),
         None => details.to_owned(),
+    }
+}
+
+impl From<RedisError> for Error {
+    fn from(error: RedisError) -> Error {
+        match crate::link::refusal(&error) {
+            Some((server, io)) => Error::Unreachable {
+                server: server.to_owned(),
+                source: RedisError::new(ErrorKind::IO, io.to_owned()),
+            },
+            None => Error::Redis(error),
+        }
     }
 }
 
@@ -177,7 +198,7 @@ pub(crate) fn map_redis_error(error: RedisError, name: &str) -> Error {
             name: name.to_owned(),
         }
     } else {
-        Error::Redis(error)
+        Error::from(error)
     }
 }
 
