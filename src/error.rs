@@ -15,7 +15,8 @@ use crate::owner::LockOwner;
 pub enum Error {
     /// Redis could not be reached, or answered with an error. When this comes from an
     /// acquire or release, the command may or may not have run on the server; see
-    /// [`Error::is_retryable`].
+    /// [`Error::is_retryable`]. On a single server, a call made while the server refuses
+    /// connections gets [`Error::Unreachable`] instead.
     #[error("{}", describe(.0))]
     Redis(#[source] RedisError),
 
