@@ -21,7 +21,8 @@ pub enum Error {
     Redis(#[source] RedisError),
 
     /// The client could not connect when it was built: nothing answered at the address, the
-    /// server refused the credentials, or the connection did not come up in time.
+    /// server refused the credentials, the connection did not come up in time, or the
+    /// server of a TLS URL answers in plain text.
     ///
     /// Or, on a single server, a call made while the client's connection is down (the
     /// server stopped or restarts) found that the server refuses connections: the call
@@ -110,6 +111,7 @@ fn describe(error: &RedisError) -> String {
         ErrorKind::Canceled => format!("the command was canceled: {details}"),
         ErrorKind::Auth => format!("Redis refused the credentials: {details}"),
         ErrorKind::Url => format!("the URL is not usable: {details}"),
+        ErrorKind::Tls => format!("the TLS connection failed: {details}"),
         _ => format!("Redis answered with an error: {details}"),
     }
 }

@@ -181,3 +181,39 @@ pub(crate) fn refusal(error: &RedisError) -> Option<(&str, &str)> {
     let rest = error.details().strip_prefix(REFUSED)?;
     Some(rest.split_once('\n').unwrap_or((rest, "")))
 }
+
+/// How long a TLS connection may take before [`plain_text`] looks at the server.
+const PLAIN_TEXT_AFTER: Duration = Duration::from_millis(250);
+
+/// Completes only when the first server of `config`, asked for a TLS connection, answers a
+/// plain-text `PING` (a TLS handshake with it would wait for the command timeout): with
+/// the error that says so. It asks after [`PLAIN_TEXT_AFTER`], so a TLS server that answers
+/// in time never sees it, and never behind Sentinel, whose own connections may not use TLS.
+pub(crate) async fn plain_text(config: &ServerConfig) -> RedisError {
+    let server = match config {
+        ServerConfig::Sentinel { .. } => None,
+        _ => config.hosts().into_iter().next(),
+    };
+    if let Some(server) = server {
+        tokio::time::sleep(PLAIN_TEXT_AFTER).await;
+        let answered = async {
+            use tokio::io::{AsyncReadExt, AsyncWriteExt};
+            let mut stream = tokio::net::TcpStream::connect((&*server.host, server.port))
+                .await
+                .ok()?;
+            stream.write_all(b"PING\r\n").await.ok()?;
+            // A RESP reply: `+PONG`, or an error such as `-NOAUTH`. A TLS server sends an
+            // alert record (0x15) or closes the connection.
+            let first = stream.read_u8().await.ok()?;
+            matches!(first, b'+' | b'-').then_some(())
+        };
+        if let Ok(Some(())) = tokio::time::timeout(LOOK_TIMEOUT * 2, answered).await {
+            return RedisError::new(
+                ErrorKind::Tls,
+                "the server answers in plain text, so it does not speak TLS: use a redis:// \
+                 URL, or turn TLS on at the server",
+            );
+        }
+    }
+    std::future::pending().await
+}

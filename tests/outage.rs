@@ -117,3 +117,31 @@ async fn a_call_made_as_the_server_comes_back_waits_for_the_reconnect_and_succee
     assert!(lock.is_locked().await.unwrap());
     guard.unlock().await.unwrap();
 }
+
+/// A `rediss://` URL against a server that speaks plain text: said at once, with the hint,
+/// not after the 3 s command timeout.
+#[tokio::test]
+async fn a_tls_url_against_a_plain_server_is_said_at_once() {
+    let server = RedisServer::start();
+    let url = server.url().replace("redis://", "rediss://");
+    let start = Instant::now();
+    let result = within(30 * SECOND, "connecting", LockClient::connect(&url)).await;
+    let took = start.elapsed();
+    let error = match result {
+        Err(error @ Error::Unreachable { .. }) => error,
+        other => panic!("{other:?}"),
+    };
+    let text = error.to_string();
+    assert!(took < PROMPT, "took {took:?} to fail with: {text}");
+    assert!(
+        text.contains(&format!("127.0.0.1:{} (TLS)", server.port())),
+        "{text}"
+    );
+    assert!(text.contains("does not speak TLS"), "{text}");
+    assert!(text.contains("redis://"), "{text}");
+    // The server is left as it was: no client of ours stays connected.
+    eventually(10 * SECOND, "the connections closed", || {
+        server.command(&["CLIENT", "LIST"]).lines().count() == 1
+    })
+    .await;
+}
