@@ -280,6 +280,26 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_refusal_names_the_server_in_words() {
+        let io = r#"Os { code: 111, kind: ConnectionRefused, message: "Connection refused" }"#;
+        let refused = RedisError::new(
+            ErrorKind::IO,
+            format!("{}10.0.0.7:6379\n{io}", crate::link::REFUSED),
+        );
+        let error = Error::from(refused);
+        assert!(matches!(&error, Error::Unreachable { server, .. } if server == "10.0.0.7:6379"));
+        assert_eq!(
+            error.to_string(),
+            "cannot connect to Redis at 10.0.0.7:6379: connection refused: nothing listens at \
+             that address"
+        );
+        assert!(error.is_retryable());
+        // Any other driver error stays what it was.
+        let closed = Error::from(RedisError::new(ErrorKind::IO, "Connection closed."));
+        assert!(matches!(closed, Error::Redis(_)), "{closed:?}");
+    }
+
+    #[test]
     fn classifies_server_errors() {
         let noscript = RedisError::new(
             ErrorKind::Unknown,
