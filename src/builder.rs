@@ -17,6 +17,7 @@ use crate::error::{Error, Result};
 #[cfg(doc)]
 use crate::fair_lock::FairLock;
 use crate::guard::Lease;
+use crate::link;
 use crate::pubsub::{sharded_supported, Choice, PubSubMode};
 use crate::redirect;
 use crate::url::{parse_url, servers_text, uses_tls};
@@ -401,11 +402,20 @@ async fn connect(
         server: server.clone(),
         source,
     };
+    let servers = config.server.clone();
     let mut builder = Builder::from_config(config);
     configure(&mut builder);
     let redis = builder.build()?;
     let subscriber = builder.build_subscriber_client()?;
-    let task = redis.init().await.map_err(unreachable)?;
+    let task = if tls {
+        // Dropped, the connecting ends on its own: its failure ends fred's task.
+        tokio::select! {
+            task = redis.init() => task.map_err(unreachable)?,
+            plain = link::plain_text(&servers) => return Err(unreachable(plain)),
+        }
+    } else {
+        redis.init().await.map_err(unreachable)?
+    };
     match subscriber.init().await {
         Ok(subscriber_task) => Ok((redis, task, subscriber, subscriber_task)),
         Err(error) => {

@@ -19,6 +19,7 @@ use uuid::Uuid;
 use crate::error::{map_redis_error, Error, Result};
 use crate::keys::{self, LockKeys, Str};
 use crate::latches::Latches;
+use crate::link::Link;
 use crate::owner::LockOwner;
 use crate::pubsub::{Choice, PubSub};
 use crate::replicas::{Confirmation, Replicas};
@@ -61,6 +62,8 @@ pub(crate) struct Engine {
     replicas: Replicas,
     /// The server (or servers) of this client's configuration, as text.
     server: String,
+    /// Whether the command connection is up; holds calls back from a server that refuses.
+    link: Link,
     next_owner: AtomicU64,
     closed: AtomicBool,
     shutdown: watch::Sender<bool>,
@@ -194,6 +197,7 @@ impl Engine {
         let lost_replicas_grace = settings.watchdog_timeout.max(LOST_REPLICAS_GRACE);
         let replicas = Replicas::new(settings.replica_wait, lost_replicas_grace);
         let server = format!("{:?}", redis.client_config().server);
+        let link = Link::start(&redis, settings.command_timeout, shutdown.subscribe());
         Arc::new(Engine {
             redis,
             separate_script_client,
@@ -205,6 +209,7 @@ impl Engine {
             latches,
             replicas,
             server,
+            link,
             next_owner: AtomicU64::new(1),
             closed: AtomicBool::new(false),
             shutdown,
@@ -248,6 +253,11 @@ impl Engine {
     /// The server (or servers) of this client's configuration, as text.
     pub(crate) fn server(&self) -> &str {
         &self.server
+    }
+
+    /// Whether the command connection is up (see `link.rs`).
+    pub(crate) fn link(&self) -> &Link {
+        &self.link
     }
 
     /// This client's fair waiters that may be in a queue.
@@ -328,10 +338,22 @@ impl Engine {
     /// [`Error::WrongType`] naming it.
     pub(crate) async fn run(&self, call: Call, name: &str) -> Result<fred::types::Value> {
         self.check_open()?;
-        self.scripts
-            .run(call)
-            .await
-            .map_err(|e| map_redis_error(e, name))
+        let reply = self.reach(self.scripts.run(call)).await;
+        reply.map_err(|e| map_redis_error(e, name))
+    }
+
+    /// Sends what `send` sends, unless the connection is down and the server refuses a
+    /// new one: then that refusal, with nothing sent. A failure as the connection dropped
+    /// is told as the refusal when the server now refuses (see [`Link`]).
+    pub(crate) async fn reach<T>(
+        &self,
+        send: impl std::future::Future<Output = Result<T, RedisError>>,
+    ) -> Result<T, RedisError> {
+        self.link.check().await?;
+        match send.await {
+            Err(error) => Err(self.link.explain(error).await),
+            reply => reply,
+        }
     }
 
     /// [`run`](Engine::run) for a lock script that writes to `key`, with a WAIT right
@@ -356,7 +378,13 @@ impl Engine {
         call: Call,
         key: &str,
     ) -> (Result<fred::types::Value, RedisError>, Confirmation) {
-        self.replicas.run(&self.scripts, call, key).await
+        if let Err(refused) = self.link.check().await {
+            return (Err(refused), Confirmation::Needless);
+        }
+        match self.replicas.run(&self.scripts, call, key).await {
+            (Err(error), confirmation) => (Err(self.link.explain(error).await), confirmation),
+            sent => sent,
+        }
     }
 
     /// Returns once a replica has the write of a script run by

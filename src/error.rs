@@ -15,15 +15,25 @@ use crate::owner::LockOwner;
 pub enum Error {
     /// Redis could not be reached, or answered with an error. When this comes from an
     /// acquire or release, the command may or may not have run on the server; see
-    /// [`Error::is_retryable`].
+    /// [`Error::is_retryable`]. On a single server, a call made while the server refuses
+    /// connections gets [`Error::Unreachable`] instead.
     #[error("{}", describe(.0))]
-    Redis(#[from] RedisError),
+    Redis(#[source] RedisError),
 
     /// The client could not connect when it was built: nothing answered at the address, the
-    /// server refused the credentials, or the connection did not come up in time.
+    /// server refused the credentials, the connection did not come up in time, or the
+    /// server of a TLS URL answers in plain text.
+    ///
+    /// Or, on a single server, a call made while the client's connection is down (the
+    /// server stopped or restarts) found that the server refuses connections: the call
+    /// fails at once instead of waiting for the command timeout, and the client keeps
+    /// reconnecting. A call that had sent nothing yet sent nothing; one whose command was
+    /// on the connection when it dropped may or may not have run, as with
+    /// [`Error::Redis`].
     #[error("cannot connect to Redis at {server}: {}", describe_connect(.source, .server))]
     Unreachable {
-        /// The server (or servers) the client was configured with.
+        /// The server (or servers) the client was configured with; for a refusal after the
+        /// client was built, the server that refused.
         server: String,
         /// What the driver reported.
         source: RedisError,
@@ -101,6 +111,7 @@ fn describe(error: &RedisError) -> String {
         ErrorKind::Canceled => format!("the command was canceled: {details}"),
         ErrorKind::Auth => format!("Redis refused the credentials: {details}"),
         ErrorKind::Url => format!("the URL is not usable: {details}"),
+        ErrorKind::Tls => format!("the TLS connection failed: {details}"),
         _ => format!("Redis answered with an error: {details}"),
     }
 }
@@ -109,6 +120,7 @@ fn describe(error: &RedisError) -> String {
 fn describe_connect(error: &RedisError, server: &str) -> String {
     let tls = server.ends_with("(TLS)");
     match error.kind() {
+        ErrorKind::IO => io_words(error.details()),
         ErrorKind::Timeout if tls => "no answer within the command timeout; a TLS \
             (rediss://) connection to a server that does not speak TLS fails this way"
             .into(),
@@ -140,6 +152,18 @@ fn io_words(details: &str) -> String {
     match known.iter().find(|(kind, _)| details.contains(kind)) {
         Some((_, words)) => (*words).to_owned(),
         None => details.to_owned(),
+    }
+}
+
+impl From<RedisError> for Error {
+    fn from(error: RedisError) -> Error {
+        match crate::link::refusal(&error) {
+            Some((server, io)) => Error::Unreachable {
+                server: server.to_owned(),
+                source: RedisError::new(ErrorKind::IO, io.to_owned()),
+            },
+            None => Error::Redis(error),
+        }
     }
 }
 
@@ -177,7 +201,7 @@ pub(crate) fn map_redis_error(error: RedisError, name: &str) -> Error {
             name: name.to_owned(),
         }
     } else {
-        Error::Redis(error)
+        Error::from(error)
     }
 }
 
@@ -254,6 +278,26 @@ pub(crate) fn is_noscript(error: &RedisError) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_refusal_names_the_server_in_words() {
+        let io = r#"Os { code: 111, kind: ConnectionRefused, message: "Connection refused" }"#;
+        let refused = RedisError::new(
+            ErrorKind::IO,
+            format!("{}10.0.0.7:6379\n{io}", crate::link::REFUSED),
+        );
+        let error = Error::from(refused);
+        assert!(matches!(&error, Error::Unreachable { server, .. } if server == "10.0.0.7:6379"));
+        assert_eq!(
+            error.to_string(),
+            "cannot connect to Redis at 10.0.0.7:6379: connection refused: nothing listens at \
+             that address"
+        );
+        assert!(error.is_retryable());
+        // Any other driver error stays what it was.
+        let closed = Error::from(RedisError::new(ErrorKind::IO, "Connection closed."));
+        assert!(matches!(closed, Error::Redis(_)), "{closed:?}");
+    }
 
     #[test]
     fn classifies_server_errors() {

@@ -35,6 +35,7 @@ mod handle;
 pub mod inspect;
 mod keys;
 mod latches;
+mod link;
 mod lock;
 mod multi_lock;
 mod non_reentrant;

@@ -8,7 +8,7 @@ use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use fred::clients::Client;
+use fred::clients::{Client, WithOptions};
 use fred::error::Error as RedisError;
 use fred::interfaces::HashesInterface;
 use fred::types::Value;
@@ -67,15 +67,19 @@ impl Target {
     /// [`Error::WrongType`](crate::Error::WrongType) naming the lock.
     pub(crate) fn query_key<T, Fut>(
         &self,
-        query: impl FnOnce(Client, Str) -> Fut,
+        query: impl FnOnce(WithOptions<Client>, Str) -> Fut,
     ) -> BoxFuture<Result<T>>
     where
         T: Send + 'static,
         Fut: Future<Output = Result<T, RedisError>> + Send + 'static,
     {
-        let reply = query(self.engine.redis().clone(), self.keys.raw.clone());
-        let name = self.name.clone();
-        Box::pin(async move { reply.await.map_err(|e| map_redis_error(e, &name)) })
+        let reads = self.engine.link().reads().clone();
+        let reply = query(reads, self.keys.raw.clone());
+        let (engine, name) = (self.engine.clone(), self.name.clone());
+        Box::pin(async move {
+            let reply = engine.reach(reply).await;
+            reply.map_err(|e| map_redis_error(e, &name))
+        })
     }
 }
 
