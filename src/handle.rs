@@ -172,7 +172,7 @@ impl Handle {
         };
         let channel = self.lock.kind.channel(&self.lock.keys, owner);
         let wake = match self.wait {
-            WaitStrategy::PubSub => Wake::Messages(&channel),
+            WaitStrategy::PubSub => Wake::Messages(&channel, self.lock.kind.messages()),
             WaitStrategy::Spin(backoff) => Wake::Spin(backoff),
         };
         // A kind whose waiters line up is in the line from the first attempt on: whatever

@@ -21,6 +21,7 @@ use crate::engine::Engine;
 use crate::error::{map_redis_error, Error, Result};
 use crate::keys::{LockKeys, Str};
 use crate::owner::LockOwner;
+use crate::pubsub::{unlock_messages, Messages};
 use crate::script::{static_arg, BoxFuture, Call, Script};
 use crate::wait::{Wait, WaitStrategy};
 use crate::watchdog::{HoldKey, Renew};
@@ -102,6 +103,11 @@ pub(crate) trait Protocol: Send + Sync + 'static {
     /// The channel a waiter of `owner` listens on.
     fn channel(&self, keys: &LockKeys, _owner: &LockOwner) -> Str {
         keys.channel.clone()
+    }
+
+    /// How its waiters read the messages of their channel.
+    fn messages(&self) -> Messages {
+        unlock_messages
     }
 
     /// How a new handle waits.

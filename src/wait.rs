@@ -12,7 +12,7 @@ use crate::backoff::{Backoff, Delays, OUTAGE_BACKOFF, POLL_WITHOUT_MESSAGES};
 use crate::engine::Engine;
 use crate::error::{Error, Result};
 use crate::observe;
-use crate::pubsub::Subscription;
+use crate::pubsub::{unlock_messages, Messages, Subscription};
 use crate::time::deadline_after;
 use crate::waiters::{Moment, Ticket};
 
@@ -63,8 +63,9 @@ impl Wait {
 /// How a waiter learns that it may try again.
 #[derive(Clone, Copy)]
 pub(crate) enum Wake<'a> {
-    /// Unlock messages on this channel, and the holder's lease running out.
-    Messages(&'a str),
+    /// Messages on this channel, read as the kind reads them, and the holder's lease
+    /// running out.
+    Messages(&'a str, Messages),
     /// Sleeps by the back-off between attempts, never subscribing (protocol §8.1).
     Spin(Backoff),
 }
@@ -100,7 +101,7 @@ where
     Fut: Future<Output = Result<Attempt<T>>>,
 {
     let looked = match wake {
-        Wake::Messages(_) => Some(engine.pubsub().now()),
+        Wake::Messages(..) => Some(engine.pubsub().now()),
         Wake::Spin(_) => None,
     };
     let ttl = match attempt().await? {
@@ -127,10 +128,14 @@ where
     Fut: Future<Output = Result<Attempt<T>>>,
 {
     let _waiting = observe::Waiting::start();
-    let (channel, mut spin) = match wake {
-        Wake::Messages(channel) => (channel, None),
+    let (channel, messages, mut spin) = match wake {
+        Wake::Messages(channel, messages) => (channel, messages, None),
         // Only named in log lines: a spinning waiter never subscribes.
-        Wake::Spin(backoff) => ("(spinning)", Some(backoff.delays())),
+        Wake::Spin(backoff) => (
+            "(spinning)",
+            unlock_messages as Messages,
+            Some(backoff.delays()),
+        ),
     };
     if let Some(delays) = spin.as_mut() {
         // Spinning: try, sleep, try, ... (no retry in between to close a subscribe gap).
@@ -153,7 +158,7 @@ where
         }
         engine.check_open()?;
         if subscription.is_none() && spin.is_none() {
-            let subscribing = engine.pubsub().subscribe(channel);
+            let subscribing = engine.pubsub().subscribe(channel, messages);
             let subscribed = match deadline {
                 Some(deadline) => match tokio::time::timeout_at(deadline, subscribing).await {
                     Ok(result) => result,

@@ -18,12 +18,13 @@ use std::task::{Poll, Waker};
 
 use parking_lot::Mutex;
 
-/// What a message asks of the local waiters.
+/// What a message asks of the local waiters (each kind reads its own messages: see
+/// [`Messages`](crate::pubsub::Messages)).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Wake {
-    /// `0`: one waiter may now succeed.
+    /// One waiter may now succeed (a lock's `0`).
     One,
-    /// `1`: every waiter should try (a write unlock freed the read side).
+    /// Every waiter should try (a write unlock freed the read side).
     All,
 }
 

@@ -39,19 +39,31 @@ use tokio::time::Instant;
 use crate::error::{Error, Result};
 use crate::waiters::{EventClock, Moment, Waiters, Wake};
 
-/// What a message's payload asks of the local waiters; `None` for a message that is not an
-/// unlock message.
-fn wake_of(payload: &Value) -> Option<Wake> {
-    match payload.as_str().as_deref().map(str::trim) {
-        Some("0") => Some(Wake::One),
-        Some("1") => Some(Wake::All),
+/// How the waiters of one channel read its messages: what a payload asks of them, `None`
+/// for one that asks nothing. Given by the kind whose waiters subscribe.
+pub(crate) type Messages = fn(&str) -> Option<Wake>;
+
+/// A lock's unlock messages (protocol §9): `0` wakes one waiter, `1` (a write unlock that
+/// freed the read side) every waiter.
+pub(crate) fn unlock_messages(payload: &str) -> Option<Wake> {
+    match payload.trim() {
+        "0" => Some(Wake::One),
+        "1" => Some(Wake::All),
         _ => None,
     }
+}
+
+/// What `payload` asks of waiters that read it with `messages`.
+fn wake_of(payload: &Value, messages: Messages) -> Option<Wake> {
+    messages(payload.as_str().as_deref()?)
 }
 
 struct Channel {
     refs: usize,
     waiters: Arc<Waiters>,
+    /// How its messages are read: by the kind of its first waiter (each kind's channels
+    /// have names of their own).
+    messages: Messages,
     /// Set once the server has confirmed the subscription.
     subscribed: bool,
     /// The master that holds the sharded subscription, as the routing table named it.
@@ -138,12 +150,17 @@ impl PubSub {
     ///
     /// # Cancel safety
     /// Dropping the future drops the reference it took.
-    pub(crate) async fn subscribe(&self, channel: &str) -> Result<Subscription> {
+    pub(crate) async fn subscribe(
+        &self,
+        channel: &str,
+        messages: Messages,
+    ) -> Result<Subscription> {
         let (subscription, subscribed) = {
             let mut channels = self.channels.lock();
             let entry = channels.entry(channel.into()).or_insert_with(|| Channel {
                 refs: 0,
                 waiters: Arc::default(),
+                messages,
                 subscribed: false,
                 node: None,
                 idle_since: None,

@@ -124,12 +124,13 @@ impl Task {
     }
 
     fn dispatch(&self, message: &fred::types::Message) {
-        let Some(wake) = wake_of(&message.value) else {
+        let channel: &str = &message.channel;
+        let listening = (self.channels.lock().get(channel))
+            .map(|entry| (entry.waiters.clone(), entry.messages));
+        let Some((waiters, messages)) = listening else {
             return;
         };
-        let channel: &str = &message.channel;
-        let waiters = (self.channels.lock().get(channel)).map(|entry| entry.waiters.clone());
-        if let Some(waiters) = waiters {
+        if let Some(wake) = wake_of(&message.value, messages) {
             waiters.wake(self.clock.tick(), wake);
         }
     }

@@ -39,9 +39,14 @@ fn modes_choose_what_to_listen_to_and_publish_with() {
 
 #[test]
 fn decodes_redisson_messages() {
-    assert_eq!(wake_of(&Value::from("0")), Some(Wake::One));
-    assert_eq!(wake_of(&Value::from("1")), Some(Wake::All));
-    assert_eq!(wake_of(&Value::from(1i64)), Some(Wake::All));
-    assert_eq!(wake_of(&Value::from("2")), None);
-    assert_eq!(wake_of(&Value::from("unlock")), None);
+    let lock = |payload: Value| wake_of(&payload, unlock_messages);
+    assert_eq!(lock(Value::from("0")), Some(Wake::One));
+    assert_eq!(lock(Value::from("1")), Some(Wake::All));
+    assert_eq!(lock(Value::from(1i64)), Some(Wake::All));
+    assert_eq!(lock(Value::from("2")), None);
+    assert_eq!(lock(Value::from("unlock")), None);
+    // Another kind's reading of the same payloads (a count-down latch's `0` opens it for all).
+    let latch = |payload: &str| (payload == "0").then_some(Wake::All);
+    assert_eq!(wake_of(&Value::from("0"), latch), Some(Wake::All));
+    assert_eq!(wake_of(&Value::from("1"), latch), None);
 }
