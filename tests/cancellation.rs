@@ -12,12 +12,22 @@ async fn dropping_uncontended_acquires_mid_flight_leaves_no_hold() {
     let c = client(&server).await;
     // A long lease: only the release of an orphaned hold can free the lock in time.
     let lock = c.lock("cancel-free").unwrap().with_lease(fixed(60_000));
+    // The span of the deadlines below: three acquisitions' time here and now (at least
+    // 400 µs), so that on a loaded machine too some fall after the reply.
+    let mut span = Duration::from_micros(400);
+    for _ in 0..3 {
+        let started = std::time::Instant::now();
+        let guard = lock.lock(&c.new_owner()).await.unwrap();
+        span = span.max(started.elapsed() * 3);
+        guard.unlock().await.unwrap();
+    }
+    let span = span.as_micros() as u64;
     let mut acquired = 0;
     for i in 0..300 {
         let owner = c.new_owner();
-        // Deadlines from 0 to 400 µs fall before, during and after the script's round trip.
+        // Deadlines from 0 to `span` fall before, during and after the script's round trip.
         // On timeout the future is dropped: whatever it took is released in the background.
-        if let Ok(guard) = cut_off(spread(i, 400), lock.lock(&owner)).await {
+        if let Ok(guard) = cut_off(spread(i, span), lock.lock(&owner)).await {
             acquired += 1;
             guard.unwrap().unlock().await.unwrap();
         }
