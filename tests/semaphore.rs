@@ -352,3 +352,33 @@ async fn bad_input_fails_clearly() {
     assert!(!list.try_set_permits(1).await.unwrap(), "the key exists");
     assert_eq!(server.command(&["TYPE", "sem-list"]), "list");
 }
+
+/// The blocking twin: the same semaphore, its guard given back before `drop` returns, and
+/// a blocked thread woken by a release from another.
+#[cfg(feature = "blocking")]
+#[test]
+fn blocking_twin_shares_the_permits() {
+    use redisson_lock::blocking;
+    let server = RedisServer::start();
+    let builder = LockClient::builder().url(&server.url());
+    let client = blocking::LockClient::build(builder).unwrap();
+    let name = "sem-blocking";
+    let sem = client.semaphore(name).unwrap();
+    assert!(sem.try_set_permits(2).unwrap());
+    let permits = sem.acquire_guard(2).unwrap();
+    assert_eq!(permits.permits(), 2);
+    assert!(!sem.try_acquire(1).unwrap());
+    let waiter = std::thread::spawn({
+        let sem = sem.clone();
+        move || sem.try_acquire_for(1, Duration::from_secs(60))
+    });
+    std::thread::spawn(move || drop(permits)).join().unwrap();
+    assert!(waiter.join().unwrap().unwrap());
+    assert_eq!(sem.available_permits().unwrap(), 1);
+    assert_eq!(sem.drain_permits().unwrap(), 1);
+    sem.add_permits(3).unwrap();
+    assert_eq!(sem.try_acquire_guard(3).unwrap().unwrap().forget(), 3);
+    sem.release(3).unwrap();
+    assert_eq!(counter(&server, name), "3");
+    client.shutdown();
+}
