@@ -1,4 +1,4 @@
--- One attempt to take permits (Redisson's tryAcquire, protocol S.2). What it took is recorded
+-- One attempt to take permits (Redisson's tryAcquire, protocol §13.2). What it took is recorded
 -- under the attempt's own key for a while, so that an attempt whose reply was lost can be
 -- undone exactly once (lua/semaphore_undo.lua); an attempt undone before it ran takes nothing.
 --

@@ -1,4 +1,4 @@
--- Changes the free permits by a delta (Redisson's addPermits, protocol S.2): the counter is
+-- Changes the free permits by a delta (Redisson's addPermits, protocol §13.2): the counter is
 -- written with SET (a missing one counts as 0; a TTL is dropped, as Java does), and the
 -- waiters are told the new count, even when it is 0 or negative.
 --

@@ -1,4 +1,4 @@
--- Shared snippet: a semaphore's counter (Redisson protocol S.1, S.2): a STRING holding the
+-- Shared snippet: a semaphore's counter (protocol §13.1): a STRING holding the
 -- free permits in decimal, a missing key counting as 0. Lua numbers are doubles, so counts
 -- are kept within what they hold exactly.
 local MAX_PERMITS = 9007199254740991

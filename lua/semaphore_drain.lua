@@ -1,4 +1,4 @@
--- Takes every free permit (Redisson's drainPermits, protocol S.2): the counter becomes 0 by
+-- Takes every free permit (Redisson's drainPermits, protocol §13.2): the counter becomes 0 by
 -- SET (a TTL is dropped, as Java does); a missing counter stays missing. Tells no one.
 --
 -- KEYS[1]  counter <raw>

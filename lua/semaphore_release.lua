@@ -1,4 +1,4 @@
--- Gives permits back (Redisson's release, protocol S.2): no owner check, a missing counter
+-- Gives permits back (Redisson's release, protocol §13.2): no owner check, a missing counter
 -- starts at 0, an existing TTL stays. Tells the waiters the new count.
 --
 -- KEYS[1]  counter <raw>

@@ -1,5 +1,5 @@
 -- Sets a semaphore's permits unless it has a counter already (Redisson's trySetPermits,
--- protocol S.2), and tells its waiters the new count.
+-- protocol §13.2), and tells its waiters the new count.
 --
 -- KEYS[1]  counter <raw>
 -- KEYS[2]  channel redisson_sc:{<raw>}

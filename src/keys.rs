@@ -132,7 +132,7 @@ impl LockKeys {
     }
 }
 
-/// `redisson_sc:{raw}`: a semaphore's channel (Redisson's `RSemaphore`, protocol S.1).
+/// `redisson_sc:{raw}`: a semaphore's channel (Redisson's `RSemaphore`, protocol §13.1).
 pub(crate) fn semaphore_channel(raw: &str) -> String {
     prefix_name("redisson_sc", raw)
 }

@@ -1,4 +1,4 @@
-//! The semaphore (Redisson's `RSemaphore`, protocol S.1, S.2, S.5): the counter and
+//! The semaphore (Redisson's `RSemaphore`, protocol §13): the counter and
 //! messages Java writes and reads, exclusion among many tasks of two clients, wake-ups by
 //! this crate and by Java, cancelled and unanswered acquisitions, and bad input.
 
@@ -30,7 +30,7 @@ async fn settles_at(server: &RedisServer, name: &str, count: &str) {
     .await;
 }
 
-/// S.1/S.2: a STRING counter in decimal without TTL; the new count published on
+/// §13.1, §13.2: a STRING counter in decimal without TTL; the new count published on
 /// `redisson_sc:{name}` by trySetPermits, release and addPermits; nothing by acquire and
 /// drain; TTLs kept by release, dropped by addPermits and drain.
 #[tokio::test]

@@ -1,4 +1,4 @@
-//! Redisson's `RSemaphore` (protocol S.1, S.2, S.5): a counter of free permits in a plain
+//! Redisson's `RSemaphore` (protocol §13): a counter of free permits in a plain
 //! Redis string, shared with Java clients, and its waiters woken by the new count published
 //! on `redisson_sc:{name}`.
 //!
@@ -48,7 +48,7 @@ pub(crate) const RECORD_KEPT: Duration = Duration::from_secs(120);
 /// How long the undoing of an unanswered attempt is tried, well within [`RECORD_KEPT`].
 const UNDO_FOR: Duration = Duration::from_secs(100);
 
-/// A semaphore's messages (protocol S.5): any decimal count wakes every local waiter, who
+/// A semaphore's messages (protocol §13.3): any decimal count wakes every local waiter, who
 /// each try again (Java wakes up to that many per JVM; waking all is never wrong, only a
 /// little busier). Anything else asks nothing, as Java's decoder drops it.
 pub(crate) fn semaphore_messages(payload: &str) -> Option<waiters::Wake> {
