@@ -344,6 +344,11 @@ async fn bad_input_fails_clearly() {
     let wrong = |result: redisson_lock::Result<()>| {
         assert!(matches!(result, Err(Error::WrongType { .. })), "{result:?}")
     };
+    let error = list.try_acquire(1).await.unwrap_err().to_string();
+    assert!(
+        error.contains("\"sem-list\"") && error.contains("another type"),
+        "{error}"
+    );
     wrong(list.try_acquire(1).await.map(|_| ()));
     wrong(list.release(1).await);
     wrong(list.available_permits().await.map(|_| ()));
