@@ -188,6 +188,27 @@ async fn waiter_wakes_on_a_java_release() {
     assert_eq!(counter(&server, name), "0");
 }
 
+/// A release that publishes nothing (a plain INCRBY) is found by the waiter's re-check
+/// (every 15 s), where a Java waiter would wait out its whole wait.
+#[tokio::test]
+async fn a_silent_release_is_found_by_the_recheck() {
+    let server = RedisServer::start();
+    let c = client(&server).await;
+    let name = "sem-silent";
+    let sem = c.semaphore(name).unwrap();
+    assert!(sem.try_set_permits(0).await.unwrap());
+    let calls = evalsha_calls(&server);
+    let waiting = tokio::spawn({
+        let sem = sem.clone();
+        async move { sem.try_acquire_for(1, Duration::from_secs(120)).await }
+    });
+    waiting_on(&server, name, calls + 2).await;
+    assert_eq!(server.command(&["INCRBY", name, "1"]), "1");
+    let taken = within(Duration::from_secs(30), "the re-check", waiting).await;
+    assert!(taken.unwrap().unwrap());
+    assert_eq!(counter(&server, name), "0");
+}
+
 /// Acquisitions dropped while waiting and while their script is on the wire, many times,
 /// leave the count as it was; so does one whose reply is lost to a command timeout.
 #[tokio::test]
