@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use redisson_lock::{Error, LockClient, MAX_PERMITS};
 use support::listener::Listener;
+use support::topology::Cluster;
 use support::*;
 
 fn channel(name: &str) -> String {
@@ -407,4 +408,32 @@ fn blocking_twin_shares_the_permits() {
     sem.release(3).unwrap();
     assert_eq!(counter(&server, name), "3");
     client.shutdown();
+}
+
+/// On a cluster: every script of a name (the counter, the attempt records and the channel in
+/// one slot) runs, for a plain and a hash-tagged name, and a waiter of another client wakes
+/// on a release (sharded pub/sub where the servers have it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_cluster_a_waiter_wakes_on_release() {
+    let cluster = Cluster::start();
+    let holder = deployment_client(&cluster.url(), |b| b).await;
+    let other = deployment_client(&cluster.url(), |b| b).await;
+    for name in ["sem-cluster", "{user:7}:sem"] {
+        let sem = holder.semaphore(name).unwrap();
+        assert!(sem.try_set_permits(1).await.unwrap());
+        let permit = sem.acquire_guard(1).await.unwrap();
+        let waiter = other.semaphore(name).unwrap();
+        let waiting =
+            tokio::spawn(async move { waiter.try_acquire_for(1, Duration::from_secs(60)).await });
+        eventually(Duration::from_secs(10), "the waiter subscribed", || {
+            other.subscribed_channels() >= 1
+        })
+        .await;
+        permit.release().await.unwrap();
+        let taken = within(WAKE, "a waiter woken on a cluster", waiting).await;
+        assert!(taken.unwrap().unwrap(), "{name}");
+        sem.add_permits(2).await.unwrap();
+        assert_eq!(sem.drain_permits().await.unwrap(), 2);
+        assert_eq!(cluster.master_of(name).command(&["GET", name]), "0");
+    }
 }
