@@ -443,3 +443,53 @@ async fn on_a_cluster_a_waiter_wakes_on_release() {
         assert_eq!(cluster.master_of(name).command(&["GET", name]), "0");
     }
 }
+
+/// The least-privilege user of `docs/operations.md`, for semaphores named `orders:…`: the
+/// counter, its channel and its acquisitions' records, every command but the `@dangerous`
+/// ones, and `INFO` for the replica check. Without the records' pattern, an acquisition is
+/// refused with nothing written.
+#[tokio::test]
+async fn least_privilege_user_uses_a_semaphore() {
+    let server = RedisServer::start();
+    let user = |name: &str, records: bool| {
+        let mut acl = vec!["ACL", "SETUSER", name, "on", ">pw", "~orders:*"];
+        acl.push("~redisson_sc:{orders:*");
+        if records {
+            acl.push("~redisson_sc_attempt:{orders:*");
+        }
+        acl.extend(["resetchannels", "&redisson_sc:{orders:*"]);
+        acl.extend(["+@all", "-@dangerous", "+info"]);
+        assert_eq!(server.command(&acl), "OK");
+    };
+    user("sem", true);
+    user("norecords", false);
+    let as_user = |name: &str| format!("redis://{name}:pw@127.0.0.1:{}", server.port());
+    let (holder, other) = (
+        client_with(&server, |b| b.url(&as_user("sem"))).await,
+        client_with(&server, |b| b.url(&as_user("sem"))).await,
+    );
+    let name = "orders:sem";
+    let sem = holder.semaphore(name).unwrap();
+    assert!(sem.try_set_permits(1).await.unwrap());
+    let permit = sem.acquire_guard(1).await.unwrap();
+    let calls = evalsha_calls(&server);
+    let waiter = other.semaphore(name).unwrap();
+    let waiting = tokio::spawn(async move { waiter.acquire(1).await });
+    waiting_on(&server, name, calls + 2).await;
+    permit.release().await.unwrap();
+    within(WAKE, "a waiter woken by a release", waiting)
+        .await
+        .unwrap()
+        .unwrap();
+    sem.add_permits(1).await.unwrap();
+    assert_eq!(sem.drain_permits().await.unwrap(), 1);
+    assert_eq!(sem.available_permits().await.unwrap(), 0);
+
+    let refused = client_with(&server, |b| b.url(&as_user("norecords"))).await;
+    let sem = refused.semaphore(name).unwrap();
+    sem.release(1).await.unwrap();
+    let error = sem.try_acquire(1).await.unwrap_err().to_string();
+    // The server refuses the script for its keys, before it runs.
+    assert!(error.contains("NOPERM"), "{error}");
+    assert_eq!(counter(&server, name), "1");
+}
