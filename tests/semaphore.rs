@@ -493,3 +493,40 @@ async fn least_privilege_user_uses_a_semaphore() {
     assert!(error.contains("NOPERM"), "{error}");
     assert_eq!(counter(&server, name), "1");
 }
+
+/// With the replica check on, an acquisition no replica confirms fails with `NotReplicated`
+/// and gives its permits back on the master (a failover could have lost the write).
+#[tokio::test]
+async fn an_acquisition_no_replica_confirms_is_given_back() {
+    let master = RedisServer::start_with_args(&[
+        "--repl-diskless-sync",
+        "yes",
+        "--repl-diskless-sync-delay",
+        "0",
+    ]);
+    let replica = support::topology::start_replica_of(&master);
+    let c = deployment_client(&master.url(), |b| {
+        b.wait_for_replicas(Some(Duration::from_millis(300)))
+    })
+    .await;
+    let name = "sem-replica";
+    let sem = c.semaphore(name).unwrap();
+    // Confirmed, and the client learns that the master has a replica.
+    assert!(sem.try_set_permits(2).await.unwrap());
+    let paused = replica.command_on_thread(&["DEBUG", "SLEEP", "4"]);
+    // A replica acknowledges every second; one silent for longer is paused.
+    eventually(Duration::from_secs(5), "the replica paused", || {
+        let info = master.command(&["INFO", "replication"]);
+        let lag = info.lines().find_map(|l| l.split(",lag=").nth(1));
+        lag.is_some_and(|lag| lag.trim().parse::<u64>().unwrap() >= 2)
+    })
+    .await;
+    match sem.try_acquire(1).await {
+        Err(Error::NotReplicated { .. }) => {}
+        other => panic!("expected NotReplicated, got {other:?}"),
+    }
+    settles_at(&master, name, "2").await;
+    tokio::task::spawn_blocking(move || paused.join().unwrap().unwrap())
+        .await
+        .unwrap();
+}
