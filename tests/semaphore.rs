@@ -530,3 +530,29 @@ async fn an_acquisition_no_replica_confirms_is_given_back() {
         .await
         .unwrap();
 }
+
+#[test]
+fn handles_guards_and_futures_are_send_and_static() {
+    fn send_sync_static<T: Send + Sync + 'static>() {}
+    send_sync_static::<redisson_lock::Semaphore>();
+    send_sync_static::<redisson_lock::SemaphorePermits>();
+    // Checked by the compiler alone: no client, no server, nothing runs.
+    let _: fn(redisson_lock::Semaphore, redisson_lock::SemaphorePermits) = futures_are_spawnable;
+}
+
+/// Type-checked, never called: every future of the semaphore is spawnable.
+fn futures_are_spawnable(sem: redisson_lock::Semaphore, permits: redisson_lock::SemaphorePermits) {
+    fn send_static<T: Send + 'static>(_: &T) {}
+    send_static(&sem.try_set_permits(1));
+    send_static(&sem.acquire(1));
+    send_static(&sem.try_acquire(1));
+    send_static(&sem.try_acquire_for(1, SECOND));
+    send_static(&sem.acquire_guard(1));
+    send_static(&sem.try_acquire_guard(1));
+    send_static(&sem.try_acquire_guard_for(1, SECOND));
+    send_static(&sem.release(1));
+    send_static(&sem.available_permits());
+    send_static(&sem.drain_permits());
+    send_static(&sem.add_permits(1));
+    send_static(&permits.release());
+}

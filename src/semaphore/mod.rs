@@ -6,30 +6,29 @@
 //! stay taken until someone releases or adds them. What this crate adds is on its own side
 //! only: an acquire attempt whose reply never came (a timeout, a lost connection, the
 //! future dropped while the script was on the wire) is undone, by a record each attempt
-//! leaves under a key of its own for [`RECORD_KEPT`] (see `lua/semaphore_acquire.lua`).
+//! leaves under a key of its own (see `attempt.rs` and `lua/semaphore_acquire.lua`).
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
 use fred::interfaces::KeysInterface;
 use fred::types::Value;
-use tokio::time::Instant;
 
-use crate::attempt::{Attempt, InFlight};
-use crate::backoff::OUTAGE_BACKOFF;
+use crate::attempt::Attempt;
 use crate::engine::Engine;
 use crate::error::{map_redis_error, Error, Result};
-use crate::guard::{release_in_background, Finishing};
+use crate::guard::Finishing;
 use crate::keys::{self, Str};
-use crate::script::{boxed_in_place, static_arg, Call, Script};
-use crate::script::{
-    SEMAPHORE_ACQUIRE, SEMAPHORE_ADD, SEMAPHORE_DRAIN, SEMAPHORE_RELEASE, SEMAPHORE_SET,
-    SEMAPHORE_UNDO,
-};
+use crate::script::{static_arg, Call, Script};
+use crate::script::{SEMAPHORE_ADD, SEMAPHORE_DRAIN, SEMAPHORE_RELEASE, SEMAPHORE_SET};
 use crate::wait::{self, Wait, Wake};
 use crate::waiters;
 
+mod attempt;
 mod permits;
+
+use attempt::attempt;
 pub use permits::SemaphorePermits;
 
 /// The most permits a semaphore counts, either way: the scripts count in Lua numbers,
@@ -40,13 +39,6 @@ pub const MAX_PERMITS: i64 = (1 << 53) - 1;
 /// looks again. Java waiters have no such fallback (a lost message costs them their whole
 /// wait); this bounds what one costs here.
 const RECHECK: Duration = Duration::from_secs(15);
-
-/// How long an acquire attempt's record stays on the server: the time within which an
-/// attempt whose reply was lost can still be undone.
-pub(crate) const RECORD_KEPT: Duration = Duration::from_secs(120);
-
-/// How long the undoing of an unanswered attempt is tried, well within [`RECORD_KEPT`].
-const UNDO_FOR: Duration = Duration::from_secs(100);
 
 /// A semaphore's messages (protocol §13.3): any decimal count wakes every local waiter, who
 /// each try again (Java wakes up to that many per JVM; waking all is never wrong, only a
@@ -132,13 +124,12 @@ impl Semaphore {
     /// [`Error::WrongType`] when the key holds another type; [`Error::Redis`] when Redis
     /// cannot be reached; [`Error::NotReplicated`] when the client checks replicas and none
     /// confirmed the write.
-    pub async fn try_set_permits(&self, permits: i64) -> Result<bool> {
-        self.check("set", permits, 0)?;
-        let inner = &self.inner;
-        let keys = [Value::String(inner.raw.clone()), inner.channel()];
-        let args = [Value::from(permits), inner.publish()];
-        let reply = inner.write(Call::of(&SEMAPHORE_SET, keys, args)).await?;
-        Ok(int_reply(&SEMAPHORE_SET, reply)? == 1)
+    pub fn try_set_permits(
+        &self,
+        permits: i64,
+    ) -> impl Future<Output = Result<bool>> + Send + 'static {
+        let this = self.clone();
+        async move { this.try_set_permits_now(permits).await }
     }
 
     /// Takes `permits` permits, waiting as long as it takes (Redisson's `acquire`). `0`
@@ -159,10 +150,9 @@ impl Semaphore {
     /// fails the first attempt, or stays unreachable for the watchdog timeout while
     /// waiting (an attempt whose reply was lost is undone in the background);
     /// [`Error::Closed`] after shutdown.
-    pub async fn acquire(&self, permits: i64) -> Result<()> {
-        self.acquire_within(permits, Wait::Forever)
-            .await
-            .map(|_| ())
+    pub fn acquire(&self, permits: i64) -> impl Future<Output = Result<()>> + Send + 'static {
+        let this = self.clone();
+        async move { this.acquire_now(permits).await }
     }
 
     /// One attempt to take `permits` permits, without waiting (Redisson's `tryAcquire`):
@@ -174,8 +164,9 @@ impl Semaphore {
     ///
     /// # Errors
     /// As [`acquire`](Self::acquire), without the waiting.
-    pub async fn try_acquire(&self, permits: i64) -> Result<bool> {
-        self.acquire_within(permits, Wait::Once).await
+    pub fn try_acquire(&self, permits: i64) -> impl Future<Output = Result<bool>> + Send + 'static {
+        let this = self.clone();
+        async move { this.try_acquire_now(permits).await }
     }
 
     /// Takes `permits` permits, waiting at most `wait` (Redisson's `tryAcquire(permits,
@@ -188,8 +179,13 @@ impl Semaphore {
     /// # Errors
     /// As [`acquire`](Self::acquire); [`Error::InvalidArgument`] also for a wait too long
     /// to represent.
-    pub async fn try_acquire_for(&self, permits: i64, wait: Duration) -> Result<bool> {
-        self.acquire_within(permits, Wait::from_limit(wait)?).await
+    pub fn try_acquire_for(
+        &self,
+        permits: i64,
+        wait: Duration,
+    ) -> impl Future<Output = Result<bool>> + Send + 'static {
+        let this = self.clone();
+        async move { this.try_acquire_for_now(permits, wait).await }
     }
 
     /// [`acquire`](Self::acquire), with a guard that gives the permits back when dropped.
@@ -200,9 +196,12 @@ impl Semaphore {
     ///
     /// # Errors
     /// As [`acquire`](Self::acquire).
-    pub async fn acquire_guard(&self, permits: i64) -> Result<SemaphorePermits> {
-        self.acquire(permits).await?;
-        Ok(SemaphorePermits::new(self.clone(), permits))
+    pub fn acquire_guard(
+        &self,
+        permits: i64,
+    ) -> impl Future<Output = Result<SemaphorePermits>> + Send + 'static {
+        let this = self.clone();
+        async move { this.acquire_guard_now(permits).await }
     }
 
     /// [`try_acquire`](Self::try_acquire), with a guard: `None` when too few are free.
@@ -212,9 +211,12 @@ impl Semaphore {
     ///
     /// # Errors
     /// As [`try_acquire`](Self::try_acquire).
-    pub async fn try_acquire_guard(&self, permits: i64) -> Result<Option<SemaphorePermits>> {
-        let taken = self.try_acquire(permits).await?;
-        Ok(taken.then(|| SemaphorePermits::new(self.clone(), permits)))
+    pub fn try_acquire_guard(
+        &self,
+        permits: i64,
+    ) -> impl Future<Output = Result<Option<SemaphorePermits>>> + Send + 'static {
+        let this = self.clone();
+        async move { this.try_acquire_guard_now(permits).await }
     }
 
     /// [`try_acquire_for`](Self::try_acquire_for), with a guard: `None` when the wait ran
@@ -225,13 +227,13 @@ impl Semaphore {
     ///
     /// # Errors
     /// As [`try_acquire_for`](Self::try_acquire_for).
-    pub async fn try_acquire_guard_for(
+    pub fn try_acquire_guard_for(
         &self,
         permits: i64,
         wait: Duration,
-    ) -> Result<Option<SemaphorePermits>> {
-        let taken = self.try_acquire_for(permits, wait).await?;
-        Ok(taken.then(|| SemaphorePermits::new(self.clone(), permits)))
+    ) -> impl Future<Output = Result<Option<SemaphorePermits>>> + Send + 'static {
+        let this = self.clone();
+        async move { this.try_acquire_guard_for_now(permits, wait).await }
     }
 
     /// Gives `permits` permits back (Redisson's `release`) and tells waiters the new count.
@@ -247,10 +249,7 @@ impl Semaphore {
     /// [`Error::Redis`] when Redis cannot be reached (the permits may or may not have been
     /// given back) or the count would pass [`MAX_PERMITS`]; [`Error::WrongType`];
     /// [`Error::NotReplicated`].
-    pub fn release(
-        &self,
-        permits: i64,
-    ) -> impl std::future::Future<Output = Result<()>> + Send + 'static {
+    pub fn release(&self, permits: i64) -> impl Future<Output = Result<()>> + Send + 'static {
         let checked = self.check("release", permits, 0);
         let inner = self.inner.clone();
         Finishing::new(|| async move {
@@ -276,13 +275,9 @@ impl Semaphore {
     /// # Errors
     /// [`Error::Redis`] when Redis cannot be reached or the value is not an integer;
     /// [`Error::WrongType`] when the key holds another type.
-    pub async fn available_permits(&self) -> Result<i64> {
-        let inner = &self.inner;
-        let read = inner.engine.link().reads().clone();
-        let key = inner.raw.clone();
-        let reply = inner.engine.reach(async move { read.get(key).await }).await;
-        let count: Option<i64> = reply.map_err(|e| map_redis_error(e, &inner.name))?;
-        Ok(count.unwrap_or(0))
+    pub fn available_permits(&self) -> impl Future<Output = Result<i64>> + Send + 'static {
+        let this = self.clone();
+        async move { this.available_permits_now().await }
     }
 
     /// Takes every free permit (Redisson's `drainPermits`): the counter becomes 0 (a
@@ -295,10 +290,9 @@ impl Semaphore {
     /// # Errors
     /// [`Error::Redis`] when Redis cannot be reached or the value is not an integer;
     /// [`Error::WrongType`]; [`Error::NotReplicated`].
-    pub async fn drain_permits(&self) -> Result<i64> {
-        let inner = &self.inner;
-        let call = Call::of(&SEMAPHORE_DRAIN, [Value::String(inner.raw.clone())], []);
-        int_reply(&SEMAPHORE_DRAIN, inner.write(call).await?)
+    pub fn drain_permits(&self) -> impl Future<Output = Result<i64>> + Send + 'static {
+        let this = self.clone();
+        async move { this.drain_permits_now().await }
     }
 
     /// Changes the free permits by `delta`, which may be negative (Redisson's `addPermits`),
@@ -313,7 +307,69 @@ impl Semaphore {
     /// [`Error::InvalidArgument`] for a delta beyond [`MAX_PERMITS`] either way;
     /// [`Error::Redis`] when Redis cannot be reached or the count would pass
     /// [`MAX_PERMITS`]; [`Error::WrongType`]; [`Error::NotReplicated`].
-    pub async fn add_permits(&self, delta: i64) -> Result<()> {
+    pub fn add_permits(&self, delta: i64) -> impl Future<Output = Result<()>> + Send + 'static {
+        let this = self.clone();
+        async move { this.add_permits_now(delta).await }
+    }
+
+    async fn try_set_permits_now(&self, permits: i64) -> Result<bool> {
+        self.check("set", permits, 0)?;
+        let inner = &self.inner;
+        let keys = [Value::String(inner.raw.clone()), inner.channel()];
+        let args = [Value::from(permits), inner.publish()];
+        let reply = inner.write(Call::of(&SEMAPHORE_SET, keys, args)).await?;
+        Ok(int_reply(&SEMAPHORE_SET, reply)? == 1)
+    }
+
+    async fn acquire_now(&self, permits: i64) -> Result<()> {
+        self.acquire_within(permits, Wait::Forever)
+            .await
+            .map(|_| ())
+    }
+
+    async fn try_acquire_now(&self, permits: i64) -> Result<bool> {
+        self.acquire_within(permits, Wait::Once).await
+    }
+
+    async fn try_acquire_for_now(&self, permits: i64, wait: Duration) -> Result<bool> {
+        self.acquire_within(permits, Wait::from_limit(wait)?).await
+    }
+
+    async fn acquire_guard_now(&self, permits: i64) -> Result<SemaphorePermits> {
+        self.acquire(permits).await?;
+        Ok(SemaphorePermits::new(self.clone(), permits))
+    }
+
+    async fn try_acquire_guard_now(&self, permits: i64) -> Result<Option<SemaphorePermits>> {
+        let taken = self.try_acquire(permits).await?;
+        Ok(taken.then(|| SemaphorePermits::new(self.clone(), permits)))
+    }
+
+    async fn try_acquire_guard_for_now(
+        &self,
+        permits: i64,
+        wait: Duration,
+    ) -> Result<Option<SemaphorePermits>> {
+        let taken = self.try_acquire_for(permits, wait).await?;
+        Ok(taken.then(|| SemaphorePermits::new(self.clone(), permits)))
+    }
+
+    async fn available_permits_now(&self) -> Result<i64> {
+        let inner = &self.inner;
+        let read = inner.engine.link().reads().clone();
+        let key = inner.raw.clone();
+        let reply = inner.engine.reach(async move { read.get(key).await }).await;
+        let count: Option<i64> = reply.map_err(|e| map_redis_error(e, &inner.name))?;
+        Ok(count.unwrap_or(0))
+    }
+
+    async fn drain_permits_now(&self) -> Result<i64> {
+        let inner = &self.inner;
+        let call = Call::of(&SEMAPHORE_DRAIN, [Value::String(inner.raw.clone())], []);
+        int_reply(&SEMAPHORE_DRAIN, inner.write(call).await?)
+    }
+
+    async fn add_permits_now(&self, delta: i64) -> Result<()> {
         self.check("add", delta, -MAX_PERMITS)?;
         let inner = &self.inner;
         let keys = [Value::String(inner.raw.clone()), inner.channel()];
@@ -388,145 +444,6 @@ fn int_reply(script: &'static Script, reply: Value) -> Result<i64> {
     }
 }
 
-/// One acquire attempt, recorded under a key of its own (see `lua/semaphore_acquire.lua`).
-/// Whatever keeps its outcome from the caller (a lost reply, the future dropped while the
-/// script is on the wire, a replica that did not confirm) gives its permits back.
-fn attempt(
-    inner: &Arc<Inner>,
-    permits: i64,
-) -> impl std::future::Future<Output = Result<Attempt<()>>> + Send + 'static {
-    let id = inner.engine.queue_exits().wait_id();
-    let record: Str = keys::semaphore_attempt(&inner.raw, &inner.client, id).into();
-    let undo = Undo {
-        inner: inner.clone(),
-        record,
-        permits,
-    };
-    let call = Call::of(
-        &SEMAPHORE_ACQUIRE,
-        [
-            Value::String(inner.raw.clone()),
-            Value::String(undo.record.clone()),
-        ],
-        [Value::from(permits), Value::from(millis(RECORD_KEPT))],
-    );
-    let sent = {
-        let undo = undo.clone();
-        boxed_in_place(|| async move {
-            let inner = &undo.inner;
-            let (engine, key, name) = (&inner.engine, &inner.raw, &inner.name);
-            let (reply, confirmation) = engine.send_confirmed(call, key).await;
-            let attempt = reply
-                .map_err(|e| map_redis_error(e, name))
-                .and_then(read_acquire);
-            match attempt {
-                Ok(Attempt::Acquired(())) => {
-                    if let Err(error) = engine.confirm(confirmation, key, name).await {
-                        // A failover could lose the write: give the permits back.
-                        undo.in_background();
-                        return Err(error);
-                    }
-                    Ok(Attempt::Acquired(()))
-                }
-                Err(error) if error.is_retryable() => {
-                    // The script may have run, or may still run: undo it either way.
-                    undo.in_background();
-                    Err(error)
-                }
-                other => other,
-            }
-        })
-    };
-    InFlight::new(sent, move |()| {
-        Box::pin(async move { undo.until_done().await })
-    })
-}
-
-/// Reads `lua/semaphore_acquire.lua`'s reply.
-fn read_acquire(reply: Value) -> Result<Attempt<()>> {
-    if let Value::Array(items) = &reply {
-        match items.as_slice() {
-            [Value::Integer(1), Value::Integer(_)] => return Ok(Attempt::Acquired(())),
-            // Too few free: look again on a message, or after a while in any case. An
-            // attempt undone before it ran (`-1`) cannot be answered to its caller.
-            [Value::Integer(0), Value::Integer(_)] | [Value::Integer(-1)] => {
-                return Ok(Attempt::Busy { ttl: Some(RECHECK) })
-            }
-            _ => {}
-        }
-    }
-    Err(Error::UnexpectedReply {
-        script: SEMAPHORE_ACQUIRE.name,
-        detail: format!("{reply:?}"),
-    })
-}
-
-fn millis(duration: Duration) -> i64 {
-    duration.as_millis() as i64
-}
-
-/// Undoes one acquire attempt (`lua/semaphore_undo.lua`): gives back what it took, and
-/// keeps it from taking anything should it still run.
-#[derive(Clone)]
-struct Undo {
-    inner: Arc<Inner>,
-    record: Str,
-    permits: i64,
-}
-
-impl Undo {
-    fn in_background(&self) {
-        let undo = self.clone();
-        release_in_background(async move { undo.until_done().await });
-    }
-
-    /// Tries until the script ran, or until the record it needs may be gone.
-    async fn until_done(self) {
-        let inner = &self.inner;
-        let give_up = Instant::now() + UNDO_FOR;
-        let mut pause = OUTAGE_BACKOFF.0;
-        loop {
-            let keys = [
-                Value::String(inner.raw.clone()),
-                inner.channel(),
-                Value::String(self.record.clone()),
-            ];
-            let args = [
-                Value::from(self.permits),
-                Value::from(millis(RECORD_KEPT)),
-                inner.publish(),
-            ];
-            let call = Call::of(&SEMAPHORE_UNDO, keys, args);
-            let (reply, _) = inner.engine.send_confirmed(call, &inner.raw).await;
-            match reply.map_err(|e| map_redis_error(e, &inner.name)) {
-                Ok(gave_back) => {
-                    if gave_back == Value::Integer(1) {
-                        tracing::debug!(
-                            semaphore = &*inner.name,
-                            "gave back the permits of an unanswered acquire"
-                        );
-                    }
-                    return;
-                }
-                Err(error) if error.is_retryable() && Instant::now() + pause < give_up => {
-                    tracing::debug!(%error, "undoing an unanswered acquire failed; retrying");
-                    tokio::time::sleep(pause).await;
-                    pause = (pause * 2).min(OUTAGE_BACKOFF.1);
-                }
-                Err(error) => {
-                    tracing::warn!(
-                        %error,
-                        semaphore = &*inner.name,
-                        permits = self.permits,
-                        "could not undo an acquire whose reply was lost; the permits it may have taken stay taken"
-                    );
-                    return;
-                }
-            }
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -542,21 +459,5 @@ mod tests {
         for payload in ["", "x", "1.5", "OK"] {
             assert!(semaphore_messages(payload).is_none(), "{payload}");
         }
-    }
-
-    #[test]
-    fn reads_the_acquire_reply() {
-        let read = |items: Vec<Value>| read_acquire(Value::Array(items));
-        assert!(matches!(
-            read(vec![1.into(), 0.into()]),
-            Ok(Attempt::Acquired(()))
-        ));
-        assert!(matches!(
-            read(vec![0.into(), 1.into()]),
-            Ok(Attempt::Busy { ttl: Some(RECHECK) })
-        ));
-        assert!(matches!(read(vec![(-1).into()]), Ok(Attempt::Busy { .. })));
-        assert!(read(vec![2.into()]).is_err());
-        assert!(read_acquire(Value::Null).is_err());
     }
 }
