@@ -21,7 +21,7 @@ const UNDO_FOR: Duration = Duration::from_secs(100);
 
 /// How long an acquire attempt's record stays on the server: the time within which an
 /// attempt whose reply was lost can still be undone.
-pub(crate) const RECORD_KEPT: Duration = Duration::from_secs(120);
+const RECORD_KEPT: Duration = Duration::from_secs(120);
 
 /// One acquire attempt, recorded under a key of its own (see `lua/semaphore_acquire.lua`).
 /// Whatever keeps its outcome from the caller (a lost reply, the future dropped while the
