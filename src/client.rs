@@ -19,6 +19,7 @@ use crate::multi_lock::{MultiLock, MultiMember, RedLock};
 use crate::non_reentrant::{NonReentrantFairLock, NonReentrantLock};
 use crate::owner::LockOwner;
 use crate::rw_lock::ReadWriteLock;
+use crate::semaphore::Semaphore;
 use crate::spin_lock::SpinLock;
 
 /// A connection to Redis for locks: one command connection, one subscriber connection, one
@@ -88,6 +89,15 @@ impl LockClient {
     /// behind Sentinel) every name works, as with Java.
     pub fn lock(&self, name: &str) -> Result<Lock> {
         Lock::new(self.engine.clone(), name)
+    }
+
+    /// A handle on the semaphore `name` (Redisson's `getSemaphore(name)`). No I/O.
+    ///
+    /// Its counter is the key `name` (after the client's name prefix), shared with Java's
+    /// `RSemaphore`; see [`Semaphore`]. Names are checked as for [`lock`](LockClient::lock).
+    /// Do not give a lock, a latch or a permit-expirable semaphore the same name.
+    pub fn semaphore(&self, name: &str) -> Result<Semaphore> {
+        Semaphore::new(self.engine.clone(), name)
     }
 
     /// A handle on the fair lock `name` (Redisson's `getFairLock(name)`). No I/O.

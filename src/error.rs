@@ -49,11 +49,12 @@ pub enum Error {
         owner: LockOwner,
     },
 
-    /// A key of the lock exists in Redis but holds another type (for example a string or a
-    /// list stored under the lock's name, its queue or its token).
-    #[error("lock {name:?}: a key of the lock holds another type")]
+    /// A key of the lock or semaphore exists in Redis but holds another type (for example a
+    /// string or a list stored under a lock's name, its queue or its token, or a hash under a
+    /// semaphore's name).
+    #[error("lock or semaphore {name:?}: one of its keys holds another type")]
     WrongType {
-        /// The lock's name as the caller gave it.
+        /// The lock's or semaphore's name as the caller gave it.
         name: String,
     },
 

@@ -132,6 +132,21 @@ impl LockKeys {
     }
 }
 
+/// `redisson_sc:{raw}`: a semaphore's channel (Redisson's `RSemaphore`, protocol §13.1).
+pub(crate) fn semaphore_channel(raw: &str) -> String {
+    prefix_name("redisson_sc", raw)
+}
+
+/// `redisson_sc_attempt:{raw}:<client id>:<attempt id>`: what one acquire attempt of this
+/// client took, kept for a while so that an attempt whose reply was lost can be undone
+/// (this crate's own key, see `lua/semaphore_acquire.lua`); in the counter's slot.
+pub(crate) fn semaphore_attempt(raw: &str, client: &str, attempt: u64) -> String {
+    format!(
+        "{}:{client}:{attempt}",
+        prefix_name("redisson_sc_attempt", raw)
+    )
+}
+
 /// The write side's hash field: `<owner field>:write`.
 pub(crate) fn write_field(owner_field: &str) -> String {
     joined(&[owner_field, ":write"])
@@ -177,6 +192,19 @@ mod tests {
         assert_eq!(k.fence_token(), "redisson_lock_token:{user:7}:cart");
         assert_eq!(k.rw_channel(), "redisson_rwlock:{user:7}:cart");
         assert_eq!(k.read_key_prefix(), "{user:7}:cart");
+    }
+
+    #[test]
+    fn semaphore_names() {
+        assert_eq!(semaphore_channel("jobs"), "redisson_sc:{jobs}");
+        assert_eq!(
+            semaphore_channel("{user:7}:sem"),
+            "redisson_sc:{user:7}:sem"
+        );
+        assert_eq!(
+            semaphore_attempt("jobs", U, 3),
+            "redisson_sc_attempt:{jobs}:U:3"
+        );
     }
 
     #[test]

@@ -48,6 +48,7 @@ mod release;
 mod replicas;
 mod rw_lock;
 mod script;
+mod semaphore;
 mod sentinel;
 mod spin_lock;
 mod time;
@@ -69,6 +70,7 @@ pub use non_reentrant::{NonReentrantFairLock, NonReentrantLock};
 pub use owner::LockOwner;
 pub use pubsub::PubSubMode;
 pub use rw_lock::{ReadGuard, ReadWriteLock, WriteGuard};
+pub use semaphore::{Semaphore, SemaphorePermits, MAX_PERMITS};
 pub use spin_lock::SpinLock;
 pub use wait::WaitStrategy;
 

@@ -433,6 +433,12 @@ scripts! {
     WRITE_RELEASE => "write_release" with "permit", "common", "release", "publish",
     WRITE_FORCE_RELEASE => "write_force_release" with "permit", "publish",
     INSPECT => "inspect" with "read_keys",
+    SEMAPHORE_SET => "semaphore_set" with "permit", "publish",
+    SEMAPHORE_ACQUIRE => "semaphore_acquire" with "permit", "semaphore_count",
+    SEMAPHORE_UNDO => "semaphore_undo" with "permit", "publish", "semaphore_count",
+    SEMAPHORE_RELEASE => "semaphore_release" with "permit", "publish", "semaphore_count",
+    SEMAPHORE_ADD => "semaphore_add" with "permit", "publish", "semaphore_count",
+    SEMAPHORE_DRAIN => "semaphore_drain" with "permit", "semaphore_count",
 }
 
 #[cfg(test)]

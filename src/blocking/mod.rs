@@ -574,6 +574,8 @@ impl SpinLock {
 // After the macros above, which they use.
 mod multi_lock;
 mod rw_lock;
+mod semaphore;
 
 pub use multi_lock::MultiLock;
 pub use rw_lock::ReadWriteLock;
+pub use semaphore::{Semaphore, SemaphorePermits};

@@ -1,0 +1,17 @@
+-- Sets a semaphore's permits unless it has a counter already (Redisson's trySetPermits,
+-- protocol §13.2), and tells its waiters the new count.
+--
+-- KEYS[1]  counter <raw>
+-- KEYS[2]  channel redisson_sc:{<raw>}
+-- ARGV[1]  permits, 0 or more, in decimal
+-- ARGV[2]  how to tell waiters: publish, spublish or both
+--
+-- Reply: 1 when the counter was set (and waiters told), 0 when it existed: nothing changed.
+if redis.call('exists', KEYS[1]) == 1 then
+    return 0
+end
+local needs = 'setting the permits'
+permit(needs, 'set', KEYS[1], ARGV[1])
+notify_before_writing(ARGV[2], KEYS[2], ARGV[1], needs)
+first_write(needs, 'set', KEYS[1], ARGV[1])
+return 1
