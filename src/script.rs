@@ -416,22 +416,21 @@ macro_rules! scripts {
 
 scripts! {
     LOCK_ACQUIRE => "lock_acquire" with "permit", "common",
-    LOCK_RELEASE => "lock_release" with "permit", "common", "release", "publish",
+    LOCK_RELEASE => "lock_release" with "permit", "common", "publish", "release",
     LOCK_FORCE_RELEASE => "lock_force_release" with "permit", "publish",
     RENEW_BATCH => "renew_batch" with "permit", "common",
     FAIR_ACQUIRE => "fair_acquire" with "permit", "common", "fair_queue",
     FAIR_ACQUIRE_FAILED => "fair_acquire_failed" with "permit", "publish", "fair_queue",
-    FAIR_RELEASE => "fair_release" with "permit", "common", "release", "publish", "fair_queue",
+    FAIR_RELEASE => "fair_release" with "permit", "common", "publish", "release", "fair_queue",
     FAIR_FORCE_RELEASE => "fair_force_release" with "permit", "publish", "fair_queue",
     FENCED_ACQUIRE => "fenced_acquire" with "permit", "common",
     READ_ACQUIRE => "read_acquire" with "permit", "common", "read_keys",
-    READ_RELEASE => "read_release" with "permit", "common", "instant", "release", "publish", "read_keys",
-    READ_FORCE_RELEASE => "read_force_release" with "permit", "publish",
+    READ_RELEASE => "read_release" with "permit", "common", "instant", "publish", "release", "read_keys",
     READ_RENEW_BATCH => "read_renew_batch" with "permit", "common", "read_keys",
     READ_LOCKED => "read_locked",
     WRITE_ACQUIRE => "write_acquire" with "permit", "common",
-    WRITE_RELEASE => "write_release" with "permit", "common", "release", "publish",
-    WRITE_FORCE_RELEASE => "write_force_release" with "permit", "publish",
+    WRITE_RELEASE => "write_release" with "permit", "common", "publish", "release",
+    RW_FORCE_RELEASE => "rw_force_release" with "permit", "publish",
     INSPECT => "inspect" with "read_keys",
 }
 
