@@ -2,7 +2,6 @@
 
 use std::sync::Arc;
 
-use fred::error::Error as RedisError;
 use fred::interfaces::HashesInterface;
 use fred::types::Value;
 
@@ -12,9 +11,9 @@ use crate::keys::{
     self, LockKeys, Str, MODE_FIELD, READ_MODE, READ_UNLOCK_MESSAGE, UNLOCK_MESSAGE, WRITE_MODE,
 };
 use crate::owner::LockOwner;
-use crate::protocol::{read_reply, Protocol, Target};
+use crate::protocol::{read_reply, Answer, Protocol, Target};
 use crate::script::{
-    static_arg, BoxFuture, Call, Script, READ_ACQUIRE, READ_LOCKED, READ_RELEASE, RW_FORCE_RELEASE,
+    static_arg, BoxFuture, Call, READ_ACQUIRE, READ_LOCKED, READ_RELEASE, RW_FORCE_RELEASE,
     WRITE_ACQUIRE, WRITE_RELEASE,
 };
 use crate::wait::Wait;
@@ -156,13 +155,13 @@ impl Protocol for Write {
         )
     }
 
-    fn read_acquire(
-        &self,
-        lock: &Target,
-        owner: &LockOwner,
-        script: &'static Script,
-        reply: Result<Value, RedisError>,
-    ) -> Result<Attempt<Taken>> {
+    fn read_acquire(&self, answer: Answer<'_>) -> Result<Attempt<Taken>> {
+        let Answer {
+            lock,
+            owner,
+            script,
+            reply,
+        } = answer;
         match read_reply(lock, script, reply)? {
             Reply::Busy(UPGRADE_REFUSED) => Err(Error::WouldDeadlock(
                 format!(
