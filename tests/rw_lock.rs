@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use fred::prelude::KeysInterface;
-use redisson_lock::{Error, Lease, LockOwner, ReadWriteLock};
+use redisson_lock::{Error, Lease, LockOwner, ReadGuard, ReadWriteLock, WriteGuard};
 use support::*;
 use tokio::sync::Barrier;
 
@@ -38,6 +38,24 @@ fn timeout_key(name: &str, field: &str, n: u32) -> String {
 
 fn channel(name: &str) -> String {
     format!("redisson_rwlock:{{{name}}}")
+}
+
+/// A read hold of `owner` on `lock` with a fixed lease of `ms`.
+async fn read_with_lease(lock: &ReadWriteLock, owner: &LockOwner, ms: u64) -> ReadGuard {
+    lock.clone()
+        .with_lease(fixed(ms))
+        .read(owner)
+        .await
+        .unwrap()
+}
+
+/// A write hold of `owner` on `lock` with a fixed lease of `ms`.
+async fn write_with_lease(lock: &ReadWriteLock, owner: &LockOwner, ms: u64) -> WriteGuard {
+    lock.clone()
+        .with_lease(fixed(ms))
+        .write(owner)
+        .await
+        .unwrap()
 }
 
 fn write_field(owner: &LockOwner) -> String {
@@ -255,12 +273,7 @@ async fn a_waiting_writer_that_starts_reading_fails_instead_of_waiting_for_itsel
     let (me, other) = (c.new_owner(), c.new_owner());
     // The other reader's lease ends soon, but long after the same owner's read below on a
     // loaded machine: the waiting writer looks again then.
-    let theirs = lock
-        .clone()
-        .with_lease(fixed(3_000))
-        .read(&other)
-        .await
-        .unwrap();
+    let theirs = read_with_lease(&lock, &other, 3_000).await;
     // Fixed leases: nothing renews, so the server's script count is the writer's attempts.
     let before = evalsha_calls(&server);
     let writing = tokio::spawn(lock.write(&me));
@@ -411,29 +424,14 @@ async fn read_reentry_keeps_the_longer_ttl_and_write_reentry_adds() {
     let name = "ttl-read";
     let lock = c.read_write_lock(name).unwrap();
 
-    let thirty = lock
-        .clone()
-        .with_lease(fixed(30_000))
-        .read(&me)
-        .await
-        .unwrap();
-    let ten = lock
-        .clone()
-        .with_lease(fixed(10_000))
-        .read(&me)
-        .await
-        .unwrap();
+    let thirty = read_with_lease(&lock, &me, 30_000).await;
+    let ten = read_with_lease(&lock, &me, 10_000).await;
     let ttl = pttl(&server, name);
     assert!((20_000..=30_000).contains(&ttl), "max kept: {ttl}");
     assert!(pttl(&server, &timeout_key(name, &field, 1)) > 20_000);
     let ttl2 = pttl(&server, &timeout_key(name, &field, 2));
     assert!((1..=10_000).contains(&ttl2), "hold #2's own lease: {ttl2}");
-    let sixty = lock
-        .clone()
-        .with_lease(fixed(60_000))
-        .read(&me)
-        .await
-        .unwrap();
+    let sixty = read_with_lease(&lock, &me, 60_000).await;
     assert!(pttl(&server, name) > 50_000);
     // A read release shrinks the TTL to the longest live hold (#3's key goes first).
     sixty.unlock().await.unwrap();
@@ -451,18 +449,8 @@ async fn read_reentry_keeps_the_longer_ttl_and_write_reentry_adds() {
     // testWriteLockExpiration: write reentry adds its lease to the TTL.
     let name = "ttl-write";
     let lock = c.read_write_lock(name).unwrap();
-    let thirty = lock
-        .clone()
-        .with_lease(fixed(30_000))
-        .write(&me)
-        .await
-        .unwrap();
-    let ten = lock
-        .clone()
-        .with_lease(fixed(10_000))
-        .write(&me)
-        .await
-        .unwrap();
+    let thirty = write_with_lease(&lock, &me, 30_000).await;
+    let ten = write_with_lease(&lock, &me, 10_000).await;
     let ttl = pttl(&server, name);
     assert!((35_000..=40_000).contains(&ttl), "added: {ttl}");
     assert!(lock
@@ -876,18 +864,8 @@ async fn after_a_downgrade_a_read_release_keeps_the_ttl_and_the_last_one_frees_t
     let lock = c.read_write_lock(name).unwrap();
     let me = c.new_owner();
     let writing = lock.clone().with_lease(long()).write(&me).await.unwrap();
-    let outer = lock
-        .clone()
-        .with_lease(fixed(5_000))
-        .read(&me)
-        .await
-        .unwrap();
-    let inner = lock
-        .clone()
-        .with_lease(fixed(10_000))
-        .read(&me)
-        .await
-        .unwrap();
+    let outer = read_with_lease(&lock, &me, 5_000).await;
+    let inner = read_with_lease(&lock, &me, 10_000).await;
     writing.unlock().await.unwrap();
     assert_eq!(messages.next().await.1, "1");
     let at_downgrade = expiry(&server, name);
@@ -914,18 +892,8 @@ async fn read_lock_expiration() {
     let lock = c.read_write_lock(name).unwrap();
     // Leases far longer than the test: only the unlocks can let the writer in. Nothing
     // renews, so the server's script count is the writer's attempts.
-    let reader1 = lock
-        .clone()
-        .with_lease(fixed(60_000))
-        .read(&c.new_owner())
-        .await
-        .unwrap();
-    let reader2 = lock
-        .clone()
-        .with_lease(fixed(30_000))
-        .read(&c.new_owner())
-        .await
-        .unwrap();
+    let reader1 = read_with_lease(&lock, &c.new_owner(), 60_000).await;
+    let reader2 = read_with_lease(&lock, &c.new_owner(), 30_000).await;
     let before = evalsha_calls(&server);
     let writing = lock.clone().with_lease(fixed(2_000)).write(&c.new_owner());
     let writer = tokio::spawn(async move {
@@ -1247,12 +1215,7 @@ async fn another_readers_unlock_shrinks_the_ttl_to_the_remaining_reader() {
     let (a_ends_first, a_ends_last) = (taking_a + A_LEASE, Instant::now() + A_LEASE);
     // Time passing is the scenario: a's remaining lease gets shorter than b's.
     tokio::time::sleep(SECOND).await;
-    let b = lock
-        .clone()
-        .with_lease(fixed(30_000))
-        .read(&c.new_owner())
-        .await
-        .unwrap();
+    let b = read_with_lease(&lock, &c.new_owner(), 30_000).await;
     assert!(pttl(&server, name) > 20_000, "b's longer lease");
     b.unlock().await.unwrap();
     let asked = Instant::now();
