@@ -42,20 +42,14 @@ fn channel(name: &str) -> String {
 
 /// A read hold of `owner` on `lock` with a fixed lease of `ms`.
 async fn read_with_lease(lock: &ReadWriteLock, owner: &LockOwner, ms: u64) -> ReadGuard {
-    lock.clone()
-        .with_lease(fixed(ms))
-        .read(owner)
-        .await
-        .unwrap()
+    let lock = lock.clone().with_lease(fixed(ms));
+    lock.read(owner).await.unwrap()
 }
 
 /// A write hold of `owner` on `lock` with a fixed lease of `ms`.
 async fn write_with_lease(lock: &ReadWriteLock, owner: &LockOwner, ms: u64) -> WriteGuard {
-    lock.clone()
-        .with_lease(fixed(ms))
-        .write(owner)
-        .await
-        .unwrap()
+    let lock = lock.clone().with_lease(fixed(ms));
+    lock.write(owner).await.unwrap()
 }
 
 fn write_field(owner: &LockOwner) -> String {
