@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use fred::prelude::KeysInterface;
-use redisson_lock::{Error, Lease, LockOwner, ReadGuard, ReadWriteLock, WriteGuard};
+use redisson_lock::{Error, Lease, LockClient, LockOwner, ReadGuard, ReadWriteLock, WriteGuard};
 use support::*;
 use tokio::sync::Barrier;
 
@@ -38,6 +38,14 @@ fn timeout_key(name: &str, field: &str, n: u32) -> String {
 
 fn channel(name: &str) -> String {
     format!("redisson_rwlock:{{{name}}}")
+}
+
+/// A new server, a client of it, and the read-write lock `name` there.
+async fn on_a_new_server(name: &str) -> (RedisServer, LockClient, ReadWriteLock) {
+    let server = RedisServer::start();
+    let c = client(&server).await;
+    let lock = c.read_write_lock(name).unwrap();
+    (server, c, lock)
 }
 
 /// A read hold of `owner` on `lock` with a fixed lease of `ms`.
@@ -769,10 +777,8 @@ async fn a_hash_tagged_names_readers_keep_redissons_key_names() {
 /// sets its own key's TTL.
 #[tokio::test]
 async fn a_read_acquire_reads_no_clock_and_never_ends_its_key_before_a_hash_it_set() {
-    let server = RedisServer::start();
-    let c = client(&server).await;
     let name = "joining";
-    let lock = c.read_write_lock(name).unwrap();
+    let (server, c, lock) = on_a_new_server(name).await;
     let read = |owner, ms| lock.clone().with_lease(fixed(ms)).read(owner);
     let (first, shorter, longer) = (c.new_owner(), c.new_owner(), c.new_owner());
     let at = |key: &str| expiry(&server, key).parse::<u64>().unwrap();
@@ -880,10 +886,8 @@ async fn after_a_downgrade_a_read_release_keeps_the_ttl_and_the_last_one_frees_t
 /// reader's unlock, woken by its message.
 #[tokio::test]
 async fn read_lock_expiration() {
-    let server = RedisServer::start();
-    let c = client(&server).await;
     let name = "read-expiration";
-    let lock = c.read_write_lock(name).unwrap();
+    let (server, c, lock) = on_a_new_server(name).await;
     // Leases far longer than the test: only the unlocks can let the writer in. Nothing
     // renews, so the server's script count is the writer's attempts.
     let reader1 = read_with_lease(&lock, &c.new_owner(), 60_000).await;
@@ -910,9 +914,7 @@ async fn read_lock_expiration() {
 /// testWriteReadReentrancy (an upgrade is an error here, `false` in Java).
 #[tokio::test]
 async fn write_read_reentrancy() {
-    let server = RedisServer::start();
-    let c = client(&server).await;
-    let lock = c.read_write_lock("write-read").unwrap();
+    let (_server, c, lock) = on_a_new_server("write-read").await;
     let (me, other) = (c.new_owner(), c.new_owner());
     let writing = lock.write(&me).await.unwrap();
     let reading = lock.try_read(&me).await.unwrap().expect("downgrade");
@@ -933,9 +935,7 @@ async fn write_read_reentrancy() {
 /// testWriteLock and testWR.
 #[tokio::test]
 async fn write_lock() {
-    let server = RedisServer::start();
-    let c = client(&server).await;
-    let lock = c.read_write_lock("write-lock").unwrap();
+    let (_server, c, lock) = on_a_new_server("write-lock").await;
     let (me, other) = (c.new_owner(), c.new_owner());
     let outer = lock.write(&me).await.unwrap();
     let inner = lock.try_write(&me).await.unwrap().expect("re-entered");
@@ -966,9 +966,7 @@ async fn write_lock() {
 /// testMultiRead.
 #[tokio::test]
 async fn multi_read() {
-    let server = RedisServer::start();
-    let c = client(&server).await;
-    let lock = c.read_write_lock("multi-read").unwrap();
+    let (_server, c, lock) = on_a_new_server("multi-read").await;
     assert!(!lock.force_unlock_read().await.unwrap());
     let (reader1, reader2, writer) = (c.new_owner(), c.new_owner(), c.new_owner());
     let first = lock.read(&reader1).await.unwrap();
@@ -990,9 +988,7 @@ async fn multi_read() {
 /// testForceUnlock.
 #[tokio::test]
 async fn force_unlock_frees_only_its_own_mode() {
-    let server = RedisServer::start();
-    let c = client(&server).await;
-    let lock = c.read_write_lock("force").unwrap();
+    let (_server, c, lock) = on_a_new_server("force").await;
     let me = c.new_owner();
 
     let reading = lock.read(&me).await.unwrap();
@@ -1021,9 +1017,7 @@ async fn force_unlock_frees_only_its_own_mode() {
 /// testHoldCount, and the Java-style unlock_read / unlock_write of detached holds.
 #[tokio::test]
 async fn hold_counts() {
-    let server = RedisServer::start();
-    let c = client(&server).await;
-    let lock = c.read_write_lock("hold-count").unwrap();
+    let (server, c, lock) = on_a_new_server("hold-count").await;
     let me = c.new_owner();
     for write in [false, true] {
         let count = |lock: ReadWriteLock, me: LockOwner| async move {
@@ -1193,10 +1187,8 @@ async fn a_renewal_never_ends_the_hash_after_its_readers_keys() {
 /// the lock's TTL to the remaining reader's lease, and a writer gets in when that ends.
 #[tokio::test]
 async fn another_readers_unlock_shrinks_the_ttl_to_the_remaining_reader() {
-    let server = RedisServer::start();
-    let c = client(&server).await;
     let name = "rrw";
-    let lock = c.read_write_lock(name).unwrap();
+    let (server, c, lock) = on_a_new_server(name).await;
     const A_LEASE: Duration = Duration::from_secs(4);
     // a is never released; its lease ends on the server between the two instants below.
     let taking_a = Instant::now();
