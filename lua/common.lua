@@ -49,3 +49,18 @@ local function add_hold(key, owner, lease, new_key, needs)
     end
     return count
 end
+
+-- Whether `owner` may take a hold of the lock hash `key`: `free`, true when no key exists,
+-- and `takes`, true when it is free or the owner already holds it (a re-entry).
+local function free_or_held(key, owner)
+    local free = redis.call('exists', key) == 0
+    return free, free or redis.call('hexists', key, owner) == 1
+end
+
+-- The mode of the read-write lock hash `key`: 'read', 'write', or false when it does not
+-- exist; and `foreign`, true for a key without a mode, which is no read-write lock (another
+-- kind's hold, or foreign data) and counts as held by someone else.
+local function rw_mode(key)
+    local mode = redis.call('hget', key, 'mode')
+    return mode or false, not mode and redis.call('exists', key) == 1
+end

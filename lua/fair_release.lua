@@ -40,39 +40,21 @@ local request = ARGV[7]
 -- tells the live head first, so that a publish the server refuses leaves everything as it
 -- was. (A send that only replays tells it again: it looks, and finds the lock as it is.)
 local exists = redis.call('exists', key) == 1
-local count = exists and tonumber(redis.call('hget', key, owner))
-local outcome = nil
-if count then
-    outcome = count > 1 and 0 or 1
-end
+local outcome = release_outcome(exists and tonumber(redis.call('hget', key, owner)))
 -- The head the stale-head purge leaves, found before anything is written.
 local head, stale = live_head(queue, deadlines, now)
 if stale > 0 then
     permit('releasing the lock', 'lpop', queue)
     permit('releasing the lock', 'zrem', deadlines, '')
 end
-if outcome == 0 then
-    permit_drop_hold(key, owner, lease)
-elseif outcome == 1 then
-    permit('releasing the lock', 'del', key)
-    if trace then
-        permit('releasing the lock', 'del', trace)
-    end
-end
-if head and (not exists or outcome == 1) then
-    notify_before_writing(publish, channel_base .. ':' .. head, message)
-end
-local replayed, reply = latch_claim(latch, latch_ttl, request, outcome)
+permit_release_hold(outcome, key, owner, lease, trace)
+local tell = head and (not exists or outcome == 1)
+local channel = head and channel_base .. ':' .. head
+local replayed, reply =
+    tell_and_claim(tell, publish, channel, message, latch, latch_ttl, request, outcome)
 if replayed then
     return reply
 end
 drop_heads(queue, deadlines, stale)
-if outcome == 0 then
-    drop_hold(key, owner, lease)
-elseif outcome == 1 then
-    redis.call('del', key)
-    if trace then
-        redis.call('del', trace)
-    end
-end
+release_hold(outcome, key, owner, lease, trace)
 return outcome

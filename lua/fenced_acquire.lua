@@ -21,8 +21,8 @@ local invalid = invalid_ms(lease)
 if invalid then
     return invalid
 end
-local free = redis.call('exists', key) == 0
-if free or redis.call('hexists', key, owner) == 1 then
+local free, takes = free_or_held(key, owner)
+if takes then
     local needs = 'acquiring the lock'
     permit(needs, 'hincrby', key, owner, '1')
     permit(needs, 'pexpire', key, lease)

@@ -26,27 +26,14 @@ if invalid then
     return invalid
 end
 
-local count = tonumber(redis.call('hget', key, owner))
-local outcome = nil
-if count then
-    outcome = count > 1 and 0 or 1
-end
-if outcome == 0 then
-    permit_drop_hold(key, owner, lease)
-elseif outcome == 1 then
-    permit('releasing the lock', 'del', key)
-end
-if outcome == 1 then
-    -- Told first (a send that only replays tells them again: they look, and find it held).
-    notify_before_writing(publish, channel, message)
-end
-local replayed, reply = latch_claim(latch, latch_ttl, request, outcome)
+local outcome = release_outcome(tonumber(redis.call('hget', key, owner)))
+permit_release_hold(outcome, key, owner, lease)
+-- A last release tells the waiters first (a send that only replays tells them again: they
+-- look, and find it held).
+local replayed, reply =
+    tell_and_claim(outcome == 1, publish, channel, message, latch, latch_ttl, request, outcome)
 if replayed then
     return reply
 end
-if outcome == 0 then
-    drop_hold(key, owner, lease)
-elseif outcome == 1 then
-    redis.call('del', key)
-end
+release_hold(outcome, key, owner, lease)
 return outcome

@@ -31,12 +31,11 @@ local owner_prefix = timeout_prefix(KEYS[2], owner)
 -- then never ends after its latest reader's key, which read_release.lua relies on.
 -- The writes after the first are asked for before it (see permit.lua).
 local needs = 'acquiring the lock'
-local mode = redis.call('hget', key, 'mode')
+local mode, foreign = rw_mode(key)
+if foreign then
+    return {0, redis.call('pttl', key)}
+end
 if not mode then
-    -- A key without a mode is no read-write lock: busy (see the header).
-    if redis.call('exists', key) == 1 then
-        return {0, redis.call('pttl', key)}
-    end
     local timeout_key = owner_prefix .. ':1'
     permit(needs, 'pexpire', key, lease)
     permit(needs, 'set', timeout_key, '1', 'px', lease)

@@ -140,10 +140,9 @@ elseif outcome == 0 then
         permit(needs, 'pexpireat', key, expiry)
     end
 end
-if not mode or outcome == 1 then
-    notify_before_writing(publish, channel, message)
-end
-local replayed, reply = latch_claim(latch, latch_ttl, request, outcome)
+local tell = not mode or outcome == 1
+local replayed, reply =
+    tell_and_claim(tell, publish, channel, message, latch, latch_ttl, request, outcome)
 if replayed then
     return reply
 end

@@ -1,6 +1,7 @@
 -- Shared by the release scripts that keep an unlock latch (see src/script.rs and
 -- src/latches.rs): the latch redisson_unlock_latch:{<raw>}:<id>, which records
 -- "<request id>:<outcome>" of the last release that used it, and the release of one hold.
+-- Put after publish.lua, whose notify_before_writing it calls.
 
 -- The outcome recorded when the owner held nothing. Java records only numbers; a number
 -- here would replay as a release that happened.
@@ -50,6 +51,26 @@ local function latch_claim(latch, ttl, request, outcome)
     return replayed, reply
 end
 
+-- The outcome of releasing one hold of an owner that has `count` holds (nil or false: it
+-- holds none): 0 when holds remain, 1 when it was the last; nil when there is none.
+local function release_outcome(count)
+    if count then
+        return count > 1 and 0 or 1
+    end
+    return nil
+end
+
+-- The step every release takes after asking for its writes and before making them: when
+-- `tell`, the waiters are told on `channel` first (see notify_before_writing), then the latch
+-- is claimed (see latch_claim). Returns true and the reply to give when a send of this
+-- request already ran (the caller then writes nothing); false when it goes on to release.
+local function tell_and_claim(tell, publish, channel, message, latch, latch_ttl, request, outcome)
+    if tell then
+        notify_before_writing(publish, channel, message)
+    end
+    return latch_claim(latch, latch_ttl, request, outcome)
+end
+
 -- Asks for drop_hold's writes (see permit.lua).
 local function permit_drop_hold(key, field, lease)
     permit('releasing the lock', 'hincrby', key, field, '-1')
@@ -70,4 +91,30 @@ local function drop_hold(key, field, lease, keep_longer)
         end
     end
     return left
+end
+
+-- Asks for release_hold's writes (see permit.lua).
+local function permit_release_hold(outcome, key, owner, lease, also)
+    if outcome == 0 then
+        permit_drop_hold(key, owner, lease)
+    elseif outcome == 1 then
+        permit('releasing the lock', 'del', key)
+        if also then
+            permit('releasing the lock', 'del', also)
+        end
+    end
+end
+
+-- Releases one hold of `owner` as `outcome` says (see release_outcome): 0, one hold fewer
+-- and the key lives `lease` ms from now (see drop_hold); 1, the lock is deleted, then `also`
+-- (a key that goes with the owner's last hold) when given; nil, nothing.
+local function release_hold(outcome, key, owner, lease, also)
+    if outcome == 0 then
+        drop_hold(key, owner, lease)
+    elseif outcome == 1 then
+        redis.call('del', key)
+        if also then
+            redis.call('del', also)
+        end
+    end
 end

@@ -27,12 +27,11 @@ if invalid then
 end
 
 local needs = 'acquiring the lock'
-local mode = redis.call('hget', key, 'mode')
+local mode, foreign = rw_mode(key)
+if foreign then
+    return {0, redis.call('pttl', key)}
+end
 if not mode then
-    -- A key without a mode is no read-write lock: busy (see the header).
-    if redis.call('exists', key) == 1 then
-        return {0, redis.call('pttl', key)}
-    end
     -- The second HSET (the first's command, on the same key) needs no asking.
     permit(needs, 'pexpire', key, lease)
     ttl_permitted(key, lease, needs)

@@ -43,10 +43,7 @@ local count = nil
 if mode == 'write' then
     count = tonumber(redis.call('hget', key, write_owner))
 end
-local outcome = nil
-if count then
-    outcome = count > 1 and 0 or 1
-end
+local outcome = release_outcome(count)
 local read_owner = string.sub(write_owner, 1, -#':write' - 1)
 local downgrade = outcome == 1 and redis.call('hlen', key) ~= 2
 if outcome == 0 then
@@ -57,10 +54,9 @@ elseif downgrade then
 elseif outcome == 1 then
     permit('releasing the lock', 'del', key)
 end
-if not mode or outcome == 1 then
-    notify_before_writing(publish, channel, message)
-end
-local replayed, reply = latch_claim(latch, latch_ttl, request, outcome)
+local tell = not mode or outcome == 1
+local replayed, reply =
+    tell_and_claim(tell, publish, channel, message, latch, latch_ttl, request, outcome)
 if replayed then
     return reply
 end

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use fred::types::Value;
 
+use crate::background::spawn_or;
 use crate::error::{Error, Result};
 use crate::script::{BoxFuture, Script};
 
@@ -134,19 +135,17 @@ impl<T: Send + 'static, O: Orphan<T>> Drop for InFlight<T, O> {
         let (Some(call), Some(orphan)) = (self.call.take(), self.orphan.take()) else {
             return;
         };
-        match tokio::runtime::Handle::try_current() {
-            Ok(runtime) => {
-                runtime.spawn(async move {
-                    if let Ok(Attempt::Acquired(hold)) = call.await {
-                        tracing::debug!("acquired after the caller gave up; releasing");
-                        orphan(hold).await;
-                    }
-                });
+        let release = async move {
+            if let Ok(Attempt::Acquired(hold)) = call.await {
+                tracing::debug!("acquired after the caller gave up; releasing");
+                orphan(hold).await;
             }
-            Err(_) => tracing::warn!(
+        };
+        spawn_or(release, || {
+            tracing::warn!(
                 "acquire dropped outside a Tokio runtime; a hold it may take expires with its lease"
-            ),
-        }
+            )
+        });
     }
 }
 

@@ -16,6 +16,7 @@ use parking_lot::Mutex;
 use tokio::sync::{watch, OwnedRwLockReadGuard, RwLock};
 use uuid::Uuid;
 
+use crate::background::spawn_or;
 use crate::error::{map_redis_error, Error, Result};
 use crate::keys::{self, LockKeys, Str};
 use crate::latches::Latches;
@@ -478,12 +479,12 @@ impl Drop for Engine {
         if clients.is_empty() {
             return;
         }
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            runtime.spawn(async move {
-                for client in clients {
-                    let _ = client.quit().await;
-                }
-            });
-        }
+        let quit = async move {
+            for client in clients {
+                let _ = client.quit().await;
+            }
+        };
+        // No runtime left: the connections close as the clients are dropped.
+        spawn_or(quit, || {});
     }
 }

@@ -11,6 +11,7 @@ use tokio::time::Instant;
 
 use fred::types::Value;
 
+use crate::background::spawn_or;
 use crate::backoff::{queue_exit_pause, Pace};
 use crate::error::Error;
 #[cfg(doc)]
@@ -24,7 +25,7 @@ use crate::owner::LockOwner;
 use crate::protocol::{Exit, OnTheWire, Place, Protocol, Target, WaitMark};
 use crate::release::latch_ttl;
 use crate::script::{
-    static_arg, BoxFuture, Call, FAIR_ACQUIRE, FAIR_ACQUIRE_FAILED, FAIR_FORCE_RELEASE,
+    static_arg, BoxFuture, Call, Script, FAIR_ACQUIRE, FAIR_ACQUIRE_FAILED, FAIR_FORCE_RELEASE,
     FAIR_RELEASE,
 };
 use crate::time::{epoch_millis, millis};
@@ -135,6 +136,15 @@ impl Fair {
     }
 }
 
+/// A call of `script` with the keys every fair script but the leave starts with (the lock
+/// hash, the queue, the deadlines), then `more`, then `args`.
+fn fair_call(script: &'static Script, keys: &LockKeys, more: &[&str], args: Vec<Value>) -> Call {
+    let (queue, deadlines) = (keys.fair_queue(), keys.fair_timeouts());
+    let mut all: Vec<&str> = vec![&keys.raw, &queue, &deadlines];
+    all.extend_from_slice(more);
+    Call::new(script, &all, args)
+}
+
 /// How long a wait's fence stays: longer than any attempt of it can stay on the wire (it
 /// is answered or times out within the command timeout, but the server may run it later, as
 /// late as it runs the commands queued on the connection that carried it), and than the
@@ -160,9 +170,10 @@ impl Protocol for Fair {
         let keys = &lock.keys;
         // The no-wait form (one attempt) never joins the queue.
         let join = if matches!(wait, Wait::Once) { "0" } else { "1" };
-        Call::new(
+        fair_call(
             &FAIR_ACQUIRE,
-            &[&keys.raw, &keys.fair_queue(), &keys.fair_timeouts()],
+            keys,
+            &[],
             vec![
                 Value::from(lease_ms),
                 owner.field_arg(),
@@ -175,15 +186,10 @@ impl Protocol for Fair {
 
     fn release(&self, lock: &Target, owner: &LockOwner, lease_ms: i64) -> Call {
         let keys = &lock.keys;
-        Call::new(
+        fair_call(
             &FAIR_RELEASE,
-            &[
-                &keys.raw,
-                &keys.fair_queue(),
-                &keys.fair_timeouts(),
-                &keys.channel,
-                &keys.fair_trace(owner.field()),
-            ],
+            keys,
+            &[&keys.channel, &keys.fair_trace(owner.field())],
             vec![
                 Value::from(UNLOCK_MESSAGE),
                 Value::from(lease_ms),
@@ -196,14 +202,10 @@ impl Protocol for Fair {
 
     fn force_release(&self, lock: &Target) -> Call {
         let keys = &lock.keys;
-        Call::new(
+        fair_call(
             &FAIR_FORCE_RELEASE,
-            &[
-                &keys.raw,
-                &keys.fair_queue(),
-                &keys.fair_timeouts(),
-                &keys.channel,
-            ],
+            keys,
+            &[&keys.channel],
             vec![
                 Value::from(UNLOCK_MESSAGE),
                 Value::from(epoch_millis()),
@@ -311,16 +313,14 @@ impl Drop for QueueExit {
         let Some(armed) = self.armed.take() else {
             return;
         };
-        match tokio::runtime::Handle::try_current() {
-            Ok(runtime) => {
-                let (tried, _) = oneshot::channel();
-                drop(runtime.spawn(async move { leave(&armed, false, tried).await }))
-            }
-            Err(_) => tracing::warn!(
-                lock = %armed.lock.name,
+        let name = armed.lock.name.clone();
+        let (tried, _) = oneshot::channel();
+        spawn_or(async move { leave(&armed, false, tried).await }, || {
+            tracing::warn!(
+                lock = %name,
                 "fair waiter dropped outside a Tokio runtime; it stays queued until its deadline or the client's shutdown"
-            ),
-        }
+            )
+        });
     }
 }
 

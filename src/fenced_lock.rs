@@ -5,7 +5,6 @@
 use std::future::Future;
 use std::time::Duration;
 
-use fred::error::Error as RedisError;
 use fred::types::Value;
 
 use crate::attempt::Attempt;
@@ -17,8 +16,8 @@ use crate::handle::{exclusive_lock, Handle};
 use crate::lock::Lock;
 use crate::lock::{force_release_call, release_call};
 use crate::owner::LockOwner;
-use crate::protocol::{read_taken, Protocol, Target};
-use crate::script::{Call, Script, FENCED_ACQUIRE};
+use crate::protocol::{read_taken, Answer, Protocol, Target};
+use crate::script::{Call, FENCED_ACQUIRE};
 use crate::wait::Wait;
 
 /// A reentrant distributed lock whose every acquisition comes with a fencing token: a
@@ -154,14 +153,9 @@ impl Protocol for Fenced {
         )
     }
 
-    fn read_acquire(
-        &self,
-        lock: &Target,
-        _owner: &LockOwner,
-        script: &'static Script,
-        reply: Result<Value, RedisError>,
-    ) -> Result<Attempt<Taken>> {
-        match read_taken(lock, script, reply)? {
+    fn read_acquire(&self, answer: Answer<'_>) -> Result<Attempt<Taken>> {
+        let script = answer.script;
+        match read_taken(answer.lock, script, answer.reply)? {
             Attempt::Acquired(Taken { token: None, .. }) => Err(Error::UnexpectedReply {
                 script: script.name,
                 detail: "a hold without a token".to_owned(),

@@ -11,6 +11,7 @@ use tokio::time::Instant;
 
 use std::fmt;
 
+use crate::background::spawn_or;
 use crate::engine::Engine;
 use crate::error::{Error, Result};
 use crate::observe;
@@ -183,12 +184,11 @@ impl<T: Send + 'static> Drop for Finishing<T> {
 
 /// Spawns `release` when a guard is dropped without `unlock`.
 pub(crate) fn release_in_background(release: impl Future<Output = ()> + Send + 'static) {
-    match tokio::runtime::Handle::try_current() {
-        Ok(runtime) => drop(runtime.spawn(release)),
-        Err(_) => tracing::warn!(
+    spawn_or(release, || {
+        tracing::warn!(
             "guard dropped outside a Tokio runtime; its hold expires with its lease instead"
-        ),
-    }
+        )
+    });
 }
 
 /// One hold of a lock. Release it with [`unlock`](LockGuard::unlock).

@@ -20,7 +20,7 @@ use crate::guard::{Finishing, Lease, LockGuard, Renewal};
 use crate::keys::LockKeys;
 use crate::observe::{self, Since};
 use crate::owner::LockOwner;
-use crate::protocol::{OnTheWire, Place, Protocol, Target};
+use crate::protocol::{Answer, OnTheWire, Place, Protocol, Target};
 use crate::release::{release, release_settled, replicated, By, Released};
 use crate::script::boxed_in_place;
 use crate::time::millis;
@@ -241,7 +241,12 @@ impl Handle {
                     let _permit = permit.transpose()?;
                     let (engine, key) = (&lock.engine, &lock.keys.raw);
                     let (reply, confirmation) = engine.send_confirmed(call, key).await;
-                    let attempt = lock.kind.read_acquire(&lock, &owner, script, reply);
+                    let attempt = lock.kind.read_acquire(Answer {
+                        lock: &lock,
+                        owner: &owner,
+                        script,
+                        reply,
+                    });
                     wire.inspect(|wire| wire.note(&attempt));
                     let attempt = attempt?;
                     if let Attempt::Acquired(_) = attempt {

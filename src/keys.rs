@@ -7,8 +7,9 @@ pub(crate) use fred::bytes_utils::Str;
 pub(crate) const UNLOCK_MESSAGE: &str = "0";
 /// The message of a write unlock: wakes every waiter.
 pub(crate) const READ_UNLOCK_MESSAGE: &str = "1";
-/// The read-write lock's hash field that holds its mode, and the mode of a write hold.
+/// The read-write lock's hash field that holds its mode, and its two modes.
 pub(crate) const MODE_FIELD: &str = "mode";
+pub(crate) const READ_MODE: &str = "read";
 pub(crate) const WRITE_MODE: &str = "write";
 /// The error a non-reentrant acquire replies when the owner already holds the lock
 /// (protocol §8.2, §8.3); passed to the scripts as an argument, as Redisson does.

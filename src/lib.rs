@@ -18,6 +18,7 @@
 #![deny(rustdoc::broken_intra_doc_links)]
 
 mod attempt;
+mod background;
 mod backoff;
 #[cfg(feature = "blocking")]
 #[cfg_attr(docsrs, doc(cfg(feature = "blocking")))]

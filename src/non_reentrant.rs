@@ -6,7 +6,6 @@
 
 use std::sync::Arc;
 
-use fred::error::Error as RedisError;
 use fred::types::Value;
 
 use crate::attempt::Attempt;
@@ -20,8 +19,8 @@ use crate::keys::{LockKeys, NON_REENTRANT_REACQUIRE};
 use crate::lock::Lock;
 use crate::lock::Reentrant;
 use crate::owner::LockOwner;
-use crate::protocol::{Place, Protocol, Target};
-use crate::script::{BoxFuture, Call, Script};
+use crate::protocol::{Answer, Place, Protocol, Target};
+use crate::script::{BoxFuture, Call};
 use crate::wait::{Wait, WaitStrategy};
 use crate::watchdog::Renew;
 
@@ -108,25 +107,19 @@ impl<P: Protocol> Protocol for NoReentry<P> {
         call
     }
 
-    fn read_acquire(
-        &self,
-        lock: &Target,
-        owner: &LockOwner,
-        script: &'static Script,
-        reply: Result<Value, RedisError>,
-    ) -> Result<Attempt<Taken>> {
-        match reply {
+    fn read_acquire(&self, answer: Answer<'_>) -> Result<Attempt<Taken>> {
+        match &answer.reply {
             Err(error) if error.details().contains(NON_REENTRANT_REACQUIRE) => {
                 Err(Error::WouldDeadlock(
                     format!(
-                        "{owner} already holds non-reentrant lock {:?}; taking it again would \
+                        "{} already holds non-reentrant lock {:?}; taking it again would \
                          wait for itself",
-                        lock.name
+                        answer.owner, answer.lock.name
                     )
                     .into(),
                 ))
             }
-            reply => self.0.read_acquire(lock, owner, script, reply),
+            _ => self.0.read_acquire(answer),
         }
     }
 

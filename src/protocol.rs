@@ -26,6 +26,16 @@ use crate::script::{static_arg, BoxFuture, Call, Script};
 use crate::wait::{Wait, WaitStrategy};
 use crate::watchdog::{HoldKey, Renew};
 
+/// What an acquire attempt got: the script's `reply`, with what it was sent for, which
+/// errors name.
+pub(crate) struct Answer<'a> {
+    pub(crate) lock: &'a Target,
+    pub(crate) owner: &'a LockOwner,
+    /// This kind's acquire script.
+    pub(crate) script: &'static Script,
+    pub(crate) reply: Result<Value, RedisError>,
+}
+
 /// One lock as the core sees it: the client it lives in, the name the user gave, the Redis
 /// names derived from it, and the kind that speaks its protocol.
 pub(crate) struct Target {
@@ -118,15 +128,9 @@ pub(crate) trait Protocol: Send + Sync + 'static {
     /// The script of one acquire attempt, within an acquisition that waits as `wait`.
     fn acquire(&self, lock: &Target, owner: &LockOwner, lease_ms: i64, wait: Wait) -> Call;
 
-    /// Reads what `script` (this kind's acquire) answered.
-    fn read_acquire(
-        &self,
-        lock: &Target,
-        _owner: &LockOwner,
-        script: &'static Script,
-        reply: Result<Value, RedisError>,
-    ) -> Result<Attempt<Taken>> {
-        read_taken(lock, script, reply)
+    /// Reads what this kind's acquire answered.
+    fn read_acquire(&self, answer: Answer<'_>) -> Result<Attempt<Taken>> {
+        read_taken(answer.lock, answer.script, answer.reply)
     }
 
     /// The script releasing one hold of `owner`; a partial release resets the TTL to

@@ -560,13 +560,7 @@ async fn a_client_behind_a_move_never_takes_a_lock_on_the_importing_master() {
     let name = "behind";
     let slot = cluster.slot(name);
     let lock = behind.lock(name).unwrap();
-    lock.try_lock(&me)
-        .await
-        .unwrap()
-        .unwrap()
-        .unlock()
-        .await
-        .unwrap();
+    take_and_release(&lock, &me).await;
     let (first, second) = (cluster.master_of_slot(slot), cluster.other_master(slot));
     cluster.migrate_slot(slot, &second);
     let holder = cluster_client(&cluster, PubSubMode::Auto).await;

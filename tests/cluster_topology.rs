@@ -28,12 +28,7 @@ async fn an_idle_waiter_opens_no_connections() {
     let holder = deployment_client(&url, |b| b).await;
     let waiter = deployment_client(&url, |b| b.pubsub_mode(PubSubMode::Auto)).await;
     let name = "idle-waiter";
-    let guard = holder
-        .lock(name)
-        .unwrap()
-        .lock(&holder.new_owner())
-        .await
-        .unwrap();
+    let guard = held(&holder, name).await;
     let lock = waiter.lock(name).unwrap();
     let other = waiter.new_owner();
     let waiting = tokio::spawn(async move { lock.lock(&other).await });

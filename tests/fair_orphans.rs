@@ -6,8 +6,46 @@ mod support;
 use std::time::Duration;
 
 use fred::interfaces::ClientLike;
-use redisson_lock::LockClient;
+use redisson_lock::{FairLock, LockClient, LockGuard, LockOwner};
 use support::*;
+use tokio::task::JoinHandle;
+
+/// A waiter queued behind a holder, on the client `c`.
+struct Queued {
+    c: LockClient,
+    lock: FairLock,
+    holder: LockGuard,
+    me: LockOwner,
+    waiter: JoinHandle<redisson_lock::Result<Option<LockGuard>>>,
+}
+
+/// On a client whose commands time out after 300 ms, with long leases (a hold left behind
+/// blocks the lock for the whole test): a holder of the fair lock `name` whose lease ends
+/// while the server sleeps (the lock is free when it wakes), and a new owner `me` that
+/// waits for it up to `wait`, queued.
+async fn queued_behind_a_short_hold(server: &RedisServer, name: &str, wait: Duration) -> Queued {
+    let c = client_with(server, |b| {
+        b.command_timeout(Duration::from_millis(300))
+            .watchdog_timeout(Duration::from_secs(30))
+    })
+    .await;
+    let lock = c.fair_lock(name).unwrap();
+    let holder = lock.clone().with_lease(fixed(1200));
+    let holder = holder.lock(&c.new_owner()).await.unwrap();
+    let me = c.new_owner();
+    let waiter = tokio::spawn(lock.try_lock_for(&me, wait));
+    eventually(5 * SECOND, "the waiter queued", || {
+        queued(server, name).len() == 1
+    })
+    .await;
+    Queued {
+        c,
+        lock,
+        holder,
+        me,
+        waiter,
+    }
+}
 
 /// Every field of the lock's hash, its queue and its waiter deadlines.
 fn fair_state(server: &RedisServer, name: &str) -> (Vec<String>, Vec<String>, Vec<String>) {
@@ -44,22 +82,9 @@ async fn awake(c: &LockClient) {
 async fn a_waiter_whose_last_attempts_went_unanswered_leaves_no_hold_and_no_place() {
     let server = RedisServer::start_with_args(&["--enable-debug-command", "local"]);
     let name = "orphan-fair";
-    // Long leases, so that a hold left behind blocks the lock for the whole test.
-    let c = client_with(&server, |b| {
-        b.command_timeout(Duration::from_millis(300))
-            .watchdog_timeout(Duration::from_secs(30))
-    })
-    .await;
-    let lock = c.fair_lock(name).unwrap();
-    // Its lease ends while the server sleeps: the lock is free when it wakes.
-    let holder = lock.clone().with_lease(fixed(1200));
-    let holder = holder.lock(&c.new_owner()).await.unwrap();
-    let me = c.new_owner();
-    let waiter = tokio::spawn(lock.try_lock_for(&me, Duration::from_millis(700)));
-    eventually(5 * SECOND, "the waiter queued", || {
-        queued(&server, name).len() == 1
-    })
-    .await;
+    let Queued {
+        c, holder, waiter, ..
+    } = queued_behind_a_short_hold(&server, name, Duration::from_millis(700)).await;
     // A live waiter of another client, behind it.
     let other = LockClient::builder()
         .url(&server.url())
@@ -113,20 +138,13 @@ async fn a_waiter_whose_last_attempts_went_unanswered_leaves_no_hold_and_no_plac
 async fn a_waiter_served_after_an_unanswered_attempt_holds_once_and_frees_the_lock() {
     let server = RedisServer::start_with_args(&["--enable-debug-command", "local"]);
     let name = "unanswered-then-served";
-    let c = client_with(&server, |b| {
-        b.command_timeout(Duration::from_millis(300))
-            .watchdog_timeout(Duration::from_secs(30))
-    })
-    .await;
-    let lock = c.fair_lock(name).unwrap();
-    let holder = lock.clone().with_lease(fixed(1200));
-    let holder = holder.lock(&c.new_owner()).await.unwrap();
-    let me = c.new_owner();
-    let waiter = tokio::spawn(lock.try_lock_for(&me, Duration::from_secs(20)));
-    eventually(5 * SECOND, "the waiter queued", || {
-        queued(&server, name).len() == 1
-    })
-    .await;
+    let Queued {
+        c: _c,
+        lock,
+        holder,
+        me,
+        waiter,
+    } = queued_behind_a_short_hold(&server, name, Duration::from_secs(20)).await;
 
     // Attempts sent while the server sleeps go unanswered, and run when it wakes, on the
     // free lock: the waiter must hold it once, not once for the attempt it never heard of

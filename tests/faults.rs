@@ -423,12 +423,7 @@ async fn a_waiter_is_woken_when_its_subscriber_connection_was_killed_as_the_lock
     let c = client(&server).await;
     let lock = c.lock("resubscribed").unwrap();
     // A fixed 60 s lease: nothing but the client's own recovery wakes the waiter in time.
-    let holder = lock
-        .clone()
-        .with_lease(fixed(60_000))
-        .lock(&c.new_owner())
-        .await
-        .unwrap();
+    let holder = held_for_a_minute(&lock, &c.new_owner()).await;
     let waiter = tokio::spawn(lock.lock(&c.new_owner()));
     subscribed(&server, &lock_channel("resubscribed")).await;
     server.command(&["CLIENT", "KILL", "TYPE", "pubsub"]);
@@ -693,13 +688,7 @@ async fn half_open_connections_are_found_and_replaced_and_a_waiter_still_wakes()
     let lock = c.lock("half-open").unwrap();
     // The holder, on a sound connection, with a 60 s lease: nothing but the client's own
     // checks can wake the waiter in time.
-    let holder = other
-        .lock("half-open")
-        .unwrap()
-        .with_lease(fixed(60_000))
-        .lock(&other.new_owner())
-        .await
-        .unwrap();
+    let holder = held_for_a_minute(&other.lock("half-open").unwrap(), &other.new_owner()).await;
     let waiter = tokio::spawn(lock.lock(&c.new_owner()));
     subscribed(&server, &lock_channel("half-open")).await;
     proxy.half_open(); // both of the waiter's connections: commands and subscriptions

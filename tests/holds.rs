@@ -169,12 +169,7 @@ async fn a_guard_whose_fixed_lease_ran_out_leaves_the_owners_new_hold_alone() {
         server.command(&["EXISTS", "expired-guard"]) == "0"
     })
     .await;
-    let new = lock
-        .clone()
-        .with_lease(fixed(60_000))
-        .lock(&me)
-        .await
-        .unwrap();
+    let new = held_for_a_minute(&lock, &me).await;
 
     assert_not_held(old.unlock().await, "the expired guard");
     assert_eq!(lock.hold_count(&me).await.unwrap(), 1, "the new hold stays");
@@ -252,12 +247,7 @@ async fn a_new_acquisition_tells_the_guards_of_the_lost_hold() {
     let lock = c.lock("lost-told").unwrap();
 
     let old = lock.lock(&me).await.unwrap();
-    let fixed = lock
-        .clone()
-        .with_lease(fixed(60_000))
-        .lock(&me)
-        .await
-        .unwrap();
+    let fixed = held_for_a_minute(&lock, &me).await;
     server.command(&["DEL", "lost-told"]);
     assert!(!old.is_lease_lost(), "nothing could have noticed yet");
     let new = lock.lock(&me).await.unwrap();
@@ -523,12 +513,7 @@ async fn an_unlock_by_owner_keeps_the_key_for_the_owners_other_holds() {
     let c = client(&server).await;
     let me = c.new_owner();
     let lock = c.lock("by-owner").unwrap();
-    lock.clone()
-        .with_lease(fixed(60_000))
-        .lock(&me)
-        .await
-        .unwrap()
-        .detach();
+    held_for_a_minute(&lock, &me).await.detach();
     lock.lock(&me).await.unwrap().detach();
     // Ends the renewed hold (see `Lock::unlock`): the fixed one is left.
     lock.unlock(&me).await.unwrap();

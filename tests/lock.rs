@@ -64,13 +64,7 @@ async fn reentrancy_to_depth_three_and_back() {
     }
     assert!(!lock.is_locked().await.unwrap());
     assert!(!lock.is_held_by(&me).await.unwrap());
-    lock.try_lock(&other)
-        .await
-        .unwrap()
-        .unwrap()
-        .unlock()
-        .await
-        .unwrap();
+    take_and_release(&lock, &other).await;
 }
 
 #[tokio::test]
@@ -269,12 +263,7 @@ async fn try_lock_for_gives_up_on_time_and_takes_a_freed_lock_at_once() {
     let c = client(&server).await;
     let lock = c.lock("timed").unwrap();
     // A fixed lease: nothing renews, so the server's script count is the waiter's attempts.
-    let holder = lock
-        .clone()
-        .with_lease(fixed(60_000))
-        .lock(&c.new_owner())
-        .await
-        .unwrap();
+    let holder = held_for_a_minute(&lock, &c.new_owner()).await;
     let waiter = c.new_owner();
 
     let start = Instant::now();

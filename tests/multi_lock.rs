@@ -38,13 +38,8 @@ async fn all_members_or_none() {
 async fn a_partial_acquisition_is_rolled_back() {
     let (servers, clients) = servers(3).await;
     // The member on the last server is held by someone else for a long time.
-    let blocker = clients[2]
-        .lock("part")
-        .unwrap()
-        .with_lease(fixed(60_000))
-        .lock(&clients[2].new_owner())
-        .await
-        .unwrap();
+    let blocker =
+        held_for_a_minute(&clients[2].lock("part").unwrap(), &clients[2].new_owner()).await;
     let multi = clients[0]
         .multi_lock(clients.iter().map(|c| c.lock("part").unwrap()))
         .unwrap();

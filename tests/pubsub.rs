@@ -32,12 +32,7 @@ async fn a_lagging_receiver_wakes_every_waiter_and_keeps_listening() {
 
     let lock = c.lock("flooded").unwrap();
     // A fixed lease: nothing renews, so the server's script count is the waiter's attempts.
-    let holder = lock
-        .clone()
-        .with_lease(fixed(60_000))
-        .lock(&c.new_owner())
-        .await
-        .unwrap();
+    let holder = held_for_a_minute(&lock, &c.new_owner()).await;
     let before = evalsha_calls(&server);
     let waiter = tokio::spawn(lock.lock(&c.new_owner()));
     waiting(&server, &lock_channel("flooded"), before + 2).await;
@@ -192,13 +187,7 @@ async fn a_timed_waiter_woken_at_its_deadline_does_not_swallow_the_wake_up() {
     let server = RedisServer::start();
     let (holding, waiting) = (client(&server).await, client(&server).await);
     let name = "swallowed-wake";
-    let held = holding
-        .lock(name)
-        .unwrap()
-        .with_lease(fixed(60_000))
-        .lock(&holding.new_owner())
-        .await
-        .unwrap();
+    let held = held_for_a_minute(&holding.lock(name).unwrap(), &holding.new_owner()).await;
 
     const A_WAIT: Duration = Duration::from_millis(2500);
     let lock = waiting.lock(name).unwrap();
@@ -273,12 +262,7 @@ async fn a_refused_resubscription_is_retried() {
     let waiter = client_with(&server, |b| b.url(&url)).await; // heartbeat every 300 ms
     let holder = long_watchdog_client(&server).await;
     let name = "refused-resubscription";
-    let guard = holder
-        .lock(name)
-        .unwrap()
-        .lock(&holder.new_owner())
-        .await
-        .unwrap();
+    let guard = held(&holder, name).await;
     let waiting = tokio::spawn(waiter.lock(name).unwrap().lock(&waiter.new_owner()));
     let channel = lock_channel(name);
     subscribed(&server, &channel).await;

@@ -109,6 +109,12 @@ fn asks_before_writing(test: &str) -> bool {
     has_redis_7(test, "redis.acl_check_cmd")
 }
 
+/// A server for `test` where a script asks before it writes; none (the test is skipped)
+/// where it cannot.
+fn server_asking_before_writes(test: &str) -> Option<RedisServer> {
+    asks_before_writing(test).then(RedisServer::start)
+}
+
 /// The commands each kind's acquire script writes a new hold with.
 fn new_hold_writes(kind: Kind) -> &'static [&'static str] {
     match kind {
@@ -121,12 +127,11 @@ fn new_hold_writes(kind: Kind) -> &'static [&'static str] {
 
 #[tokio::test]
 async fn a_new_hold_refused_a_command_it_writes_with_writes_nothing_for_every_kind() {
-    if !asks_before_writing(
+    let Some(server) = server_asking_before_writes(
         "a_new_hold_refused_a_command_it_writes_with_writes_nothing_for_every_kind",
-    ) {
+    ) else {
         return;
-    }
-    let server = RedisServer::start();
+    };
     for kind in Kind::ALL {
         for command in new_hold_writes(kind) {
             let name = format!("no-{command}");
@@ -178,11 +183,11 @@ fn re_entry_writes(kind: Kind) -> &'static [&'static str] {
 
 #[tokio::test]
 async fn a_re_entry_or_a_join_refused_a_command_writes_nothing_for_every_kind() {
-    if !asks_before_writing("a_re_entry_or_a_join_refused_a_command_writes_nothing_for_every_kind")
-    {
+    let Some(server) = server_asking_before_writes(
+        "a_re_entry_or_a_join_refused_a_command_writes_nothing_for_every_kind",
+    ) else {
         return;
-    }
-    let server = RedisServer::start();
+    };
     let url = user(&server, "joining", &[]);
     let c = client_of(&url).await;
     for kind in Kind::ALL {
@@ -241,12 +246,11 @@ fn release_writes(kind: Kind, partial: bool) -> &'static [&'static str] {
 
 #[tokio::test]
 async fn a_release_refused_a_command_it_writes_with_writes_nothing_for_every_kind() {
-    if !asks_before_writing(
+    let Some(server) = server_asking_before_writes(
         "a_release_refused_a_command_it_writes_with_writes_nothing_for_every_kind",
-    ) {
+    ) else {
         return;
-    }
-    let server = RedisServer::start();
+    };
     let url = user(&server, "releasing", &[]);
     let c = client_of(&url).await;
     for kind in Kind::ALL {
@@ -454,10 +458,11 @@ async fn without_acl_check_cmd_a_refusal_still_leaves_no_key_without_a_ttl() {
 
 #[tokio::test]
 async fn a_force_release_refused_its_delete_leaves_the_hold_as_it_was() {
-    if !asks_before_writing("a_force_release_refused_its_delete_leaves_the_hold_as_it_was") {
+    let Some(server) =
+        server_asking_before_writes("a_force_release_refused_its_delete_leaves_the_hold_as_it_was")
+    else {
         return;
-    }
-    let server = RedisServer::start();
+    };
     let url = user(&server, "forcing", &[]);
     let c = client_of(&url).await;
     for kind in Kind::ALL {

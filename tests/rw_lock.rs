@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use fred::prelude::KeysInterface;
-use redisson_lock::{Error, Lease, LockOwner, ReadWriteLock};
+use redisson_lock::{Error, Lease, LockClient, LockOwner, ReadGuard, ReadWriteLock, WriteGuard};
 use support::*;
 use tokio::sync::Barrier;
 
@@ -38,6 +38,26 @@ fn timeout_key(name: &str, field: &str, n: u32) -> String {
 
 fn channel(name: &str) -> String {
     format!("redisson_rwlock:{{{name}}}")
+}
+
+/// A new server, a client of it, and the read-write lock `name` there.
+async fn on_a_new_server(name: &str) -> (RedisServer, LockClient, ReadWriteLock) {
+    let server = RedisServer::start();
+    let c = client(&server).await;
+    let lock = c.read_write_lock(name).unwrap();
+    (server, c, lock)
+}
+
+/// A read hold of `owner` on `lock` with a fixed lease of `ms`.
+async fn read_with_lease(lock: &ReadWriteLock, owner: &LockOwner, ms: u64) -> ReadGuard {
+    let lock = lock.clone().with_lease(fixed(ms));
+    lock.read(owner).await.unwrap()
+}
+
+/// A write hold of `owner` on `lock` with a fixed lease of `ms`.
+async fn write_with_lease(lock: &ReadWriteLock, owner: &LockOwner, ms: u64) -> WriteGuard {
+    let lock = lock.clone().with_lease(fixed(ms));
+    lock.write(owner).await.unwrap()
 }
 
 fn write_field(owner: &LockOwner) -> String {
@@ -255,12 +275,7 @@ async fn a_waiting_writer_that_starts_reading_fails_instead_of_waiting_for_itsel
     let (me, other) = (c.new_owner(), c.new_owner());
     // The other reader's lease ends soon, but long after the same owner's read below on a
     // loaded machine: the waiting writer looks again then.
-    let theirs = lock
-        .clone()
-        .with_lease(fixed(3_000))
-        .read(&other)
-        .await
-        .unwrap();
+    let theirs = read_with_lease(&lock, &other, 3_000).await;
     // Fixed leases: nothing renews, so the server's script count is the writer's attempts.
     let before = evalsha_calls(&server);
     let writing = tokio::spawn(lock.write(&me));
@@ -411,29 +426,14 @@ async fn read_reentry_keeps_the_longer_ttl_and_write_reentry_adds() {
     let name = "ttl-read";
     let lock = c.read_write_lock(name).unwrap();
 
-    let thirty = lock
-        .clone()
-        .with_lease(fixed(30_000))
-        .read(&me)
-        .await
-        .unwrap();
-    let ten = lock
-        .clone()
-        .with_lease(fixed(10_000))
-        .read(&me)
-        .await
-        .unwrap();
+    let thirty = read_with_lease(&lock, &me, 30_000).await;
+    let ten = read_with_lease(&lock, &me, 10_000).await;
     let ttl = pttl(&server, name);
     assert!((20_000..=30_000).contains(&ttl), "max kept: {ttl}");
     assert!(pttl(&server, &timeout_key(name, &field, 1)) > 20_000);
     let ttl2 = pttl(&server, &timeout_key(name, &field, 2));
     assert!((1..=10_000).contains(&ttl2), "hold #2's own lease: {ttl2}");
-    let sixty = lock
-        .clone()
-        .with_lease(fixed(60_000))
-        .read(&me)
-        .await
-        .unwrap();
+    let sixty = read_with_lease(&lock, &me, 60_000).await;
     assert!(pttl(&server, name) > 50_000);
     // A read release shrinks the TTL to the longest live hold (#3's key goes first).
     sixty.unlock().await.unwrap();
@@ -451,18 +451,8 @@ async fn read_reentry_keeps_the_longer_ttl_and_write_reentry_adds() {
     // testWriteLockExpiration: write reentry adds its lease to the TTL.
     let name = "ttl-write";
     let lock = c.read_write_lock(name).unwrap();
-    let thirty = lock
-        .clone()
-        .with_lease(fixed(30_000))
-        .write(&me)
-        .await
-        .unwrap();
-    let ten = lock
-        .clone()
-        .with_lease(fixed(10_000))
-        .write(&me)
-        .await
-        .unwrap();
+    let thirty = write_with_lease(&lock, &me, 30_000).await;
+    let ten = write_with_lease(&lock, &me, 10_000).await;
     let ttl = pttl(&server, name);
     assert!((35_000..=40_000).contains(&ttl), "added: {ttl}");
     assert!(lock
@@ -787,10 +777,8 @@ async fn a_hash_tagged_names_readers_keep_redissons_key_names() {
 /// sets its own key's TTL.
 #[tokio::test]
 async fn a_read_acquire_reads_no_clock_and_never_ends_its_key_before_a_hash_it_set() {
-    let server = RedisServer::start();
-    let c = client(&server).await;
     let name = "joining";
-    let lock = c.read_write_lock(name).unwrap();
+    let (server, c, lock) = on_a_new_server(name).await;
     let read = |owner, ms| lock.clone().with_lease(fixed(ms)).read(owner);
     let (first, shorter, longer) = (c.new_owner(), c.new_owner(), c.new_owner());
     let at = |key: &str| expiry(&server, key).parse::<u64>().unwrap();
@@ -876,18 +864,8 @@ async fn after_a_downgrade_a_read_release_keeps_the_ttl_and_the_last_one_frees_t
     let lock = c.read_write_lock(name).unwrap();
     let me = c.new_owner();
     let writing = lock.clone().with_lease(long()).write(&me).await.unwrap();
-    let outer = lock
-        .clone()
-        .with_lease(fixed(5_000))
-        .read(&me)
-        .await
-        .unwrap();
-    let inner = lock
-        .clone()
-        .with_lease(fixed(10_000))
-        .read(&me)
-        .await
-        .unwrap();
+    let outer = read_with_lease(&lock, &me, 5_000).await;
+    let inner = read_with_lease(&lock, &me, 10_000).await;
     writing.unlock().await.unwrap();
     assert_eq!(messages.next().await.1, "1");
     let at_downgrade = expiry(&server, name);
@@ -908,24 +886,12 @@ async fn after_a_downgrade_a_read_release_keeps_the_ttl_and_the_last_one_frees_t
 /// reader's unlock, woken by its message.
 #[tokio::test]
 async fn read_lock_expiration() {
-    let server = RedisServer::start();
-    let c = client(&server).await;
     let name = "read-expiration";
-    let lock = c.read_write_lock(name).unwrap();
+    let (server, c, lock) = on_a_new_server(name).await;
     // Leases far longer than the test: only the unlocks can let the writer in. Nothing
     // renews, so the server's script count is the writer's attempts.
-    let reader1 = lock
-        .clone()
-        .with_lease(fixed(60_000))
-        .read(&c.new_owner())
-        .await
-        .unwrap();
-    let reader2 = lock
-        .clone()
-        .with_lease(fixed(30_000))
-        .read(&c.new_owner())
-        .await
-        .unwrap();
+    let reader1 = read_with_lease(&lock, &c.new_owner(), 60_000).await;
+    let reader2 = read_with_lease(&lock, &c.new_owner(), 30_000).await;
     let before = evalsha_calls(&server);
     let writing = lock.clone().with_lease(fixed(2_000)).write(&c.new_owner());
     let writer = tokio::spawn(async move {
@@ -948,9 +914,7 @@ async fn read_lock_expiration() {
 /// testWriteReadReentrancy (an upgrade is an error here, `false` in Java).
 #[tokio::test]
 async fn write_read_reentrancy() {
-    let server = RedisServer::start();
-    let c = client(&server).await;
-    let lock = c.read_write_lock("write-read").unwrap();
+    let (_server, c, lock) = on_a_new_server("write-read").await;
     let (me, other) = (c.new_owner(), c.new_owner());
     let writing = lock.write(&me).await.unwrap();
     let reading = lock.try_read(&me).await.unwrap().expect("downgrade");
@@ -971,9 +935,7 @@ async fn write_read_reentrancy() {
 /// testWriteLock and testWR.
 #[tokio::test]
 async fn write_lock() {
-    let server = RedisServer::start();
-    let c = client(&server).await;
-    let lock = c.read_write_lock("write-lock").unwrap();
+    let (_server, c, lock) = on_a_new_server("write-lock").await;
     let (me, other) = (c.new_owner(), c.new_owner());
     let outer = lock.write(&me).await.unwrap();
     let inner = lock.try_write(&me).await.unwrap().expect("re-entered");
@@ -1004,9 +966,7 @@ async fn write_lock() {
 /// testMultiRead.
 #[tokio::test]
 async fn multi_read() {
-    let server = RedisServer::start();
-    let c = client(&server).await;
-    let lock = c.read_write_lock("multi-read").unwrap();
+    let (_server, c, lock) = on_a_new_server("multi-read").await;
     assert!(!lock.force_unlock_read().await.unwrap());
     let (reader1, reader2, writer) = (c.new_owner(), c.new_owner(), c.new_owner());
     let first = lock.read(&reader1).await.unwrap();
@@ -1028,9 +988,7 @@ async fn multi_read() {
 /// testForceUnlock.
 #[tokio::test]
 async fn force_unlock_frees_only_its_own_mode() {
-    let server = RedisServer::start();
-    let c = client(&server).await;
-    let lock = c.read_write_lock("force").unwrap();
+    let (_server, c, lock) = on_a_new_server("force").await;
     let me = c.new_owner();
 
     let reading = lock.read(&me).await.unwrap();
@@ -1059,9 +1017,7 @@ async fn force_unlock_frees_only_its_own_mode() {
 /// testHoldCount, and the Java-style unlock_read / unlock_write of detached holds.
 #[tokio::test]
 async fn hold_counts() {
-    let server = RedisServer::start();
-    let c = client(&server).await;
-    let lock = c.read_write_lock("hold-count").unwrap();
+    let (server, c, lock) = on_a_new_server("hold-count").await;
     let me = c.new_owner();
     for write in [false, true] {
         let count = |lock: ReadWriteLock, me: LockOwner| async move {
@@ -1231,10 +1187,8 @@ async fn a_renewal_never_ends_the_hash_after_its_readers_keys() {
 /// the lock's TTL to the remaining reader's lease, and a writer gets in when that ends.
 #[tokio::test]
 async fn another_readers_unlock_shrinks_the_ttl_to_the_remaining_reader() {
-    let server = RedisServer::start();
-    let c = client(&server).await;
     let name = "rrw";
-    let lock = c.read_write_lock(name).unwrap();
+    let (server, c, lock) = on_a_new_server(name).await;
     const A_LEASE: Duration = Duration::from_secs(4);
     // a is never released; its lease ends on the server between the two instants below.
     let taking_a = Instant::now();
@@ -1247,12 +1201,7 @@ async fn another_readers_unlock_shrinks_the_ttl_to_the_remaining_reader() {
     let (a_ends_first, a_ends_last) = (taking_a + A_LEASE, Instant::now() + A_LEASE);
     // Time passing is the scenario: a's remaining lease gets shorter than b's.
     tokio::time::sleep(SECOND).await;
-    let b = lock
-        .clone()
-        .with_lease(fixed(30_000))
-        .read(&c.new_owner())
-        .await
-        .unwrap();
+    let b = read_with_lease(&lock, &c.new_owner(), 30_000).await;
     assert!(pttl(&server, name) > 20_000, "b's longer lease");
     b.unlock().await.unwrap();
     let asked = Instant::now();

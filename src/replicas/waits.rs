@@ -13,6 +13,7 @@ use fred::types::{ClusterHash, CustomCommand, Value};
 use parking_lot::Mutex;
 use tokio::sync::oneshot;
 
+use crate::background::spawn_or;
 use crate::time::millis;
 
 /// What one WAIT answered: how many replicas have every write sent before it.
@@ -137,16 +138,14 @@ impl Drop for NextWait {
             waits: self.waits.clone(),
             request: self.request.clone(),
         };
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            // No runtime left: the joined callers' answers are dropped, which fails them.
-            return;
-        };
-        runtime.spawn(async move {
+        let send = async move {
             let acknowledged = next.request.send().await;
             for answer in joined {
                 let _ = answer.send(acknowledged.clone());
             }
             drop(next);
-        });
+        };
+        // No runtime left: the joined callers' answers are dropped, which fails them.
+        spawn_or(send, || {});
     }
 }

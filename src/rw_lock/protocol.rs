@@ -2,20 +2,19 @@
 
 use std::sync::Arc;
 
-use fred::error::Error as RedisError;
 use fred::interfaces::HashesInterface;
 use fred::types::Value;
 
 use crate::attempt::{Attempt, Reply, Taken};
 use crate::error::{Error, Result};
 use crate::keys::{
-    self, LockKeys, Str, MODE_FIELD, READ_UNLOCK_MESSAGE, UNLOCK_MESSAGE, WRITE_MODE,
+    self, LockKeys, Str, MODE_FIELD, READ_MODE, READ_UNLOCK_MESSAGE, UNLOCK_MESSAGE, WRITE_MODE,
 };
 use crate::owner::LockOwner;
-use crate::protocol::{read_reply, Protocol, Target};
+use crate::protocol::{read_reply, Answer, Protocol, Target};
 use crate::script::{
-    static_arg, BoxFuture, Call, Script, READ_ACQUIRE, READ_FORCE_RELEASE, READ_LOCKED,
-    READ_RELEASE, WRITE_ACQUIRE, WRITE_FORCE_RELEASE, WRITE_RELEASE,
+    static_arg, BoxFuture, Call, READ_ACQUIRE, READ_LOCKED, READ_RELEASE, RW_FORCE_RELEASE,
+    WRITE_ACQUIRE, WRITE_RELEASE,
 };
 use crate::wait::Wait;
 use crate::watchdog::Renew;
@@ -23,6 +22,24 @@ use crate::watchdog::Renew;
 /// The write acquire's reply when the owner holds only read holds (see
 /// `lua/write_acquire.lua`); no PTTL is ever negative beyond -2.
 const UPGRADE_REFUSED: i64 = -3;
+
+/// `lua/rw_force_release.lua` (§5.7): frees the side whose `mode` the lock is in, telling
+/// the waiters on `channel` with `message`.
+fn force_release_call(
+    lock: &Target,
+    channel: &Str,
+    message: &'static str,
+    mode: &'static str,
+) -> Call {
+    Call::of(
+        &RW_FORCE_RELEASE,
+        [
+            Value::String(lock.keys.raw.clone()),
+            Value::String(channel.clone()),
+        ],
+        [static_arg(message), lock.publish(), static_arg(mode)],
+    )
+}
 
 /// The names the read side uses in every call, made once per handle.
 pub(super) struct RwNames {
@@ -92,14 +109,7 @@ impl Protocol for Read {
     }
 
     fn force_release(&self, lock: &Target) -> Call {
-        Call::of(
-            &READ_FORCE_RELEASE,
-            [
-                Value::String(lock.keys.raw.clone()),
-                Value::String(self.0.channel.clone()),
-            ],
-            [static_arg(UNLOCK_MESSAGE), lock.publish()],
-        )
+        force_release_call(lock, &self.0.channel, UNLOCK_MESSAGE, READ_MODE)
     }
 
     /// Read mode, or write mode where the writer also holds read holds (§5.7).
@@ -145,13 +155,13 @@ impl Protocol for Write {
         )
     }
 
-    fn read_acquire(
-        &self,
-        lock: &Target,
-        owner: &LockOwner,
-        script: &'static Script,
-        reply: Result<Value, RedisError>,
-    ) -> Result<Attempt<Taken>> {
+    fn read_acquire(&self, answer: Answer<'_>) -> Result<Attempt<Taken>> {
+        let Answer {
+            lock,
+            owner,
+            script,
+            reply,
+        } = answer;
         match read_reply(lock, script, reply)? {
             Reply::Busy(UPGRADE_REFUSED) => Err(Error::WouldDeadlock(
                 format!(
@@ -182,14 +192,7 @@ impl Protocol for Write {
     }
 
     fn force_release(&self, lock: &Target) -> Call {
-        Call::of(
-            &WRITE_FORCE_RELEASE,
-            [
-                Value::String(lock.keys.raw.clone()),
-                Value::String(self.channel.clone()),
-            ],
-            [static_arg(READ_UNLOCK_MESSAGE), lock.publish()],
-        )
+        force_release_call(lock, &self.channel, READ_UNLOCK_MESSAGE, WRITE_MODE)
     }
 
     fn is_locked(&self, lock: &Target) -> BoxFuture<Result<bool>> {

@@ -2,6 +2,7 @@
 //! the server, and the Java side of the wire.
 #![allow(dead_code)]
 
+pub mod fixtures;
 pub mod listener;
 pub mod lua;
 pub mod process;
@@ -13,6 +14,8 @@ pub mod workload;
 use std::future::Future;
 use std::time::Duration;
 
+#[allow(unused_imports)] // Not every test binary uses them.
+pub use fixtures::*;
 use fred::prelude::KeysInterface;
 #[allow(unused_imports)] // Not every test binary listens.
 pub use listener::Listener;
