@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use redisson_lock::{Error, LockClient, MAX_PERMITS};
+use redisson_lock::{Error, LockClient, Semaphore, MAX_PERMITS};
 use support::listener::Listener;
 use support::topology::Cluster;
 use support::*;
@@ -19,6 +19,14 @@ fn channel(name: &str) -> String {
 
 fn counter(server: &RedisServer, name: &str) -> String {
     server.command(&["GET", name])
+}
+
+/// A new server, a client of it and the semaphore `name`.
+async fn on_a_new_server(name: &str) -> (RedisServer, LockClient, &str, Semaphore) {
+    let server = RedisServer::start();
+    let c = client(&server).await;
+    let sem = c.semaphore(name).unwrap();
+    (server, c, name, sem)
 }
 
 /// Until the counter reads `count`: what a background undo or release settles to.
@@ -36,10 +44,7 @@ async fn settles_at(server: &RedisServer, name: &str, count: &str) {
 /// drain; TTLs kept by release, dropped by addPermits and drain.
 #[tokio::test]
 async fn layout_and_messages_are_javas() {
-    let server = RedisServer::start();
-    let c = client(&server).await;
-    let name = "sem-layout";
-    let sem = c.semaphore(name).unwrap();
+    let (server, c, name, sem) = on_a_new_server("sem-layout").await;
     let mut listener = Listener::channel(&server, &channel(name)).await;
 
     assert!(sem.try_set_permits(3).await.unwrap());
@@ -168,10 +173,7 @@ async fn waiting_on(server: &RedisServer, name: &str, calls: u64) {
 /// Java's release (INCRBY, then PUBLISH of the new count) wakes a waiter here.
 #[tokio::test]
 async fn waiter_wakes_on_a_java_release() {
-    let server = RedisServer::start();
-    let c = client(&server).await;
-    let name = "sem-java";
-    let sem = c.semaphore(name).unwrap();
+    let (server, _client, name, sem) = on_a_new_server("sem-java").await;
     assert!(sem.try_set_permits(0).await.unwrap(), "0 is a count");
     assert_eq!(counter(&server, name), "0");
     let calls = evalsha_calls(&server);
@@ -193,10 +195,7 @@ async fn waiter_wakes_on_a_java_release() {
 /// (every 15 s), where a Java waiter would wait out its whole wait.
 #[tokio::test]
 async fn a_silent_release_is_found_by_the_recheck() {
-    let server = RedisServer::start();
-    let c = client(&server).await;
-    let name = "sem-silent";
-    let sem = c.semaphore(name).unwrap();
+    let (server, _client, name, sem) = on_a_new_server("sem-silent").await;
     assert!(sem.try_set_permits(0).await.unwrap());
     let calls = evalsha_calls(&server);
     let waiting = tokio::spawn({
@@ -304,10 +303,7 @@ async fn asleep(server: &RedisServer) {
 /// A guard gives its permits back on drop; `forget` keeps them taken.
 #[tokio::test]
 async fn guard_gives_back_on_drop_and_forget_keeps() {
-    let server = RedisServer::start();
-    let c = client(&server).await;
-    let name = "sem-guard";
-    let sem = c.semaphore(name).unwrap();
+    let (server, _client, name, sem) = on_a_new_server("sem-guard").await;
     assert!(sem.try_set_permits(3).await.unwrap());
     let permits = sem.acquire_guard(2).await.unwrap();
     assert_eq!(permits.permits(), 2);
