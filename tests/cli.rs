@@ -460,3 +460,36 @@ fn the_verbs_work_through_cluster_and_sentinel_urls() {
         assert_eq!(master.command(&["EXISTS", "{ops}:job"]), "0", "{url}");
     }
 }
+
+/// Ctrl-C while `watch` is busy reading the lock (here: the server asleep for a second) is
+/// kept, not lost: the tool exits once the read ends, not at the end of `--for`.
+#[test]
+fn watch_exits_on_ctrl_c_that_comes_while_it_reads_the_lock() {
+    let server = RedisServer::start_with_args(&["--enable-debug-command", "yes"]);
+    let watching = Running::start(
+        &server,
+        &[
+            "watch",
+            "cli:busy-watched",
+            "--interval",
+            "20ms",
+            "--for",
+            "60s",
+        ],
+    );
+    let first = watching.next_event("state");
+    assert_eq!(first["state"], "free");
+    let asleep = std::thread::spawn({
+        let port = server.port();
+        move || {
+            let status = Command::new("redis-cli")
+                .args(["-p", &port.to_string(), "DEBUG", "SLEEP", "1"])
+                .status();
+            assert!(status.unwrap().success());
+        }
+    });
+    // The tool reads the lock every 20 ms: within this time a read waits on the server.
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert_eq!(watching.interrupt(), 0);
+    asleep.join().unwrap();
+}

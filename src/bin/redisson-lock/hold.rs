@@ -112,10 +112,11 @@ pub(crate) async fn hold(
     if !json {
         eprintln!("taking {name} as {kind_name} for {owner} ...");
     }
+    let mut interrupted = crate::interrupted();
     let taking = take(client, &owner, name, kind, wait, lease);
     let held = tokio::select! {
         held = taking => held?,
-        _ = tokio::signal::ctrl_c() => return Ok(Exit::Interrupted),
+        _ = &mut interrupted => return Ok(Exit::Interrupted),
     };
     let Some(held) = held else {
         say(
@@ -145,7 +146,7 @@ pub(crate) async fn hold(
     };
     let ended = tokio::select! {
         _ = tokio::time::sleep(duration) => Exit::Done,
-        _ = tokio::signal::ctrl_c() => Exit::Interrupted,
+        _ = &mut interrupted => Exit::Interrupted,
         _ = held.lost => return lost(),
     };
     match (held.unlock)().await {

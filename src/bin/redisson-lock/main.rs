@@ -175,6 +175,21 @@ fn parse_period(text: &str) -> Result<Duration, String> {
     }
 }
 
+/// Ctrl-C, listened for from the moment this is called. A `ctrl_c()` made anew in each
+/// `select!` listens only while that `select!` waits: a Ctrl-C that comes while the tool is
+/// busy elsewhere (reading the lock, say) would be lost, and the tool would run on.
+fn interrupted() -> std::pin::Pin<Box<dyn std::future::Future<Output = ()>>> {
+    let mut ctrl_c = Box::pin(tokio::signal::ctrl_c());
+    // Polled once now: that registers the listener.
+    let mut now = std::task::Context::from_waker(std::task::Waker::noop());
+    if std::future::Future::poll(ctrl_c.as_mut(), &mut now).is_ready() {
+        return Box::pin(std::future::ready(()));
+    }
+    Box::pin(async move {
+        let _ = ctrl_c.await;
+    })
+}
+
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> ExitCode {
     let cli = Cli::parse();

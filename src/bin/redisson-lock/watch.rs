@@ -139,12 +139,13 @@ pub(crate) async fn watch(
         }
     };
     tokio::pin!(stop);
+    let mut interrupted = crate::interrupted();
     let mut ticks = tokio::time::interval(interval);
     let mut seen: Option<Seen> = None;
     let outcome = loop {
         tokio::select! {
             _ = &mut stop => break Ok(Exit::Done),
-            _ = tokio::signal::ctrl_c() => break Ok(Exit::Done),
+            _ = &mut interrupted => break Ok(Exit::Done),
             message = messages.recv() => {
                 if let Ok(message) = message {
                     let payload = message.value.as_string().unwrap_or_default();
