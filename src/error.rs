@@ -112,6 +112,7 @@ fn describe(error: &RedisError) -> String {
         ErrorKind::Canceled => format!("the command was canceled: {details}"),
         ErrorKind::Auth => format!("Redis refused the credentials: {details}"),
         ErrorKind::Url => format!("the URL is not usable: {details}"),
+        #[cfg(feature = "tls")]
         ErrorKind::Tls => format!("the TLS connection failed: {details}"),
         _ => format!("Redis answered with an error: {details}"),
     }

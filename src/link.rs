@@ -208,8 +208,13 @@ pub(crate) async fn plain_text(config: &ServerConfig) -> RedisError {
             matches!(first, b'+' | b'-').then_some(())
         };
         if let Ok(Some(())) = tokio::time::timeout(LOOK_TIMEOUT * 2, answered).await {
+            // fred has its TLS error kind with its TLS feature only.
+            #[cfg(feature = "tls")]
+            let kind = ErrorKind::Tls;
+            #[cfg(not(feature = "tls"))]
+            let kind = ErrorKind::Config;
             return RedisError::new(
-                ErrorKind::Tls,
+                kind,
                 "the server answers in plain text, so it does not speak TLS: use a redis:// \
                  URL, or turn TLS on at the server",
             );
