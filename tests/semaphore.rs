@@ -143,19 +143,34 @@ async fn two_permits_never_have_three_holders() {
     assert_eq!(counter(&server, name), "2");
 }
 
+/// `holder` takes the only permit of the semaphore `name`; a task of `other` then waits for
+/// it (its first attempt and the one after subscribing have run).
+async fn waiting_behind_the_only_permit(
+    server: &RedisServer,
+    holder: &LockClient,
+    other: &LockClient,
+    name: &str,
+) -> (
+    redisson_lock::SemaphorePermits,
+    tokio::task::JoinHandle<redisson_lock::Result<()>>,
+) {
+    let sem = holder.semaphore(name).unwrap();
+    assert!(sem.try_set_permits(1).await.unwrap());
+    let permit = sem.acquire_guard(1).await.unwrap();
+    let calls = evalsha_calls(server);
+    let waiter = other.semaphore(name).unwrap();
+    let waiting = tokio::spawn(async move { waiter.acquire(1).await });
+    waiting_on(server, name, calls + 2).await;
+    (permit, waiting)
+}
+
 /// A waiter of another client wakes on a release, far sooner than its re-check (15 s).
 #[tokio::test]
 async fn waiter_in_another_client_wakes_on_release() {
     let server = RedisServer::start();
     let (holder, other) = (client(&server).await, client(&server).await);
     let name = "sem-wake";
-    let sem = holder.semaphore(name).unwrap();
-    assert!(sem.try_set_permits(1).await.unwrap());
-    let permit = sem.acquire_guard(1).await.unwrap();
-    let calls = evalsha_calls(&server);
-    let waiter = other.semaphore(name).unwrap();
-    let waiting = tokio::spawn(async move { waiter.acquire(1).await });
-    waiting_on(&server, name, calls + 2).await;
+    let (permit, waiting) = waiting_behind_the_only_permit(&server, &holder, &other, name).await;
     drop(permit);
     within(WAKE, "a waiter woken by a release", waiting)
         .await
@@ -465,18 +480,13 @@ async fn least_privilege_user_uses_a_semaphore() {
         client_with(&server, |b| b.url(&as_user("sem"))).await,
     );
     let name = "orders:sem";
-    let sem = holder.semaphore(name).unwrap();
-    assert!(sem.try_set_permits(1).await.unwrap());
-    let permit = sem.acquire_guard(1).await.unwrap();
-    let calls = evalsha_calls(&server);
-    let waiter = other.semaphore(name).unwrap();
-    let waiting = tokio::spawn(async move { waiter.acquire(1).await });
-    waiting_on(&server, name, calls + 2).await;
+    let (permit, waiting) = waiting_behind_the_only_permit(&server, &holder, &other, name).await;
     permit.release().await.unwrap();
     within(WAKE, "a waiter woken by a release", waiting)
         .await
         .unwrap()
         .unwrap();
+    let sem = holder.semaphore(name).unwrap();
     sem.add_permits(1).await.unwrap();
     assert_eq!(sem.drain_permits().await.unwrap(), 1);
     assert_eq!(sem.available_permits().await.unwrap(), 0);
