@@ -16,7 +16,7 @@ use crate::engine::{Engine, Settings};
 use crate::error::{Error, Result};
 #[cfg(doc)]
 use crate::fair_lock::FairLock;
-use crate::guard::Lease;
+use crate::lease::Lease;
 use crate::link;
 use crate::pubsub::{sharded_supported, Choice, PubSubMode};
 use crate::redirect;

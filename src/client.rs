@@ -11,9 +11,11 @@ use crate::engine::Engine;
 #[cfg(doc)]
 use crate::error::Error;
 use crate::error::Result;
+use crate::exclusive::ExclusiveLock;
 use crate::fair_lock::FairLock;
 use crate::fenced_lock::FencedLock;
 use crate::inspect::{self, FoundLocks, LockState};
+use crate::kind::Kind;
 use crate::lock::Lock;
 use crate::multi_lock::{MultiLock, MultiMember, RedLock};
 use crate::non_reentrant::{NonReentrantFairLock, NonReentrantLock};
@@ -89,6 +91,15 @@ impl LockClient {
     /// behind Sentinel) every name works, as with Java.
     pub fn lock(&self, name: &str) -> Result<Lock> {
         Lock::new(self.engine.clone(), name)
+    }
+
+    /// A handle on the exclusive lock `name` of kind `K`, for code generic over the kinds:
+    /// `client.exclusive_lock::<kind::Fair>(name)` is `client.fair_lock(name)`. No I/O.
+    ///
+    /// # Errors
+    /// As [`lock`](LockClient::lock).
+    pub fn exclusive_lock<K: Kind>(&self, name: &str) -> Result<ExclusiveLock<K>> {
+        ExclusiveLock::new(self.engine.clone(), name)
     }
 
     /// A handle on the semaphore `name` (Redisson's `getSemaphore(name)`). No I/O.

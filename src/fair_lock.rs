@@ -13,12 +13,16 @@ use fred::types::Value;
 
 use crate::background::spawn_or;
 use crate::backoff::{queue_exit_pause, Pace};
+use crate::engine::Engine;
 use crate::error::Error;
+use crate::error::Result;
+use crate::exclusive::ExclusiveLock;
 #[cfg(doc)]
 use crate::guard::LockGuard;
-use crate::handle::{exclusive_lock, Handle};
+use crate::handle::Handle;
 use crate::keys::Str;
 use crate::keys::{LockKeys, UNLOCK_MESSAGE};
+use crate::kind::{sealed, Kind, Plain};
 #[cfg(doc)]
 use crate::lock::Lock;
 use crate::owner::LockOwner;
@@ -69,15 +73,24 @@ use crate::wait::Wait;
 /// guard.unlock().await?;
 /// # Ok(()) }
 /// ```
-#[derive(Clone)]
-pub struct FairLock {
-    inner: Handle,
+pub type FairLock = ExclusiveLock<Fair>;
+
+/// The kind of [`FairLock`]: Redisson's `RFairLock` (protocol §4).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Fair;
+
+impl Kind for Fair {
+    type Hold = Plain;
 }
 
-exclusive_lock!(FairLock, Fair);
+#[allow(private_interfaces)] // sealed: out of users' sight
+impl sealed::Kind for Fair {
+    const HANDLE: &'static str = "FairLock";
 
-/// `RFairLock`'s protocol (§4).
-pub(crate) struct Fair;
+    fn handle(engine: Arc<Engine>, name: &str) -> Result<Handle> {
+        Handle::new(engine, name, Fair)
+    }
+}
 
 impl Fair {
     /// A waiter's wait in the queue (protocol §4.1): the caller's limit for a timed wait,

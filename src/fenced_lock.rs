@@ -2,16 +2,18 @@
 //! channel, releases, renewal and waiting, with an acquire script that also takes a token
 //! from `redisson_lock_token:{name}` with every hold.
 
-use std::future::Future;
-use std::time::Duration;
+use std::sync::Arc;
 
 use fred::types::Value;
 
 use crate::attempt::Attempt;
 use crate::attempt::Taken;
+use crate::engine::Engine;
 use crate::error::{Error, Result};
+use crate::exclusive::ExclusiveLock;
 use crate::guard::LockGuard;
-use crate::handle::{exclusive_lock, Handle};
+use crate::handle::Handle;
+use crate::kind::{sealed, HoldKind, Kind};
 #[cfg(doc)]
 use crate::lock::Lock;
 use crate::lock::{force_release_call, release_call};
@@ -116,14 +118,9 @@ use crate::wait::Wait;
 /// fenced one takes tokens). A `FencedLock` is a cheap handle (no I/O to make one, `Clone`,
 /// `Send + Sync`); every call names the [`LockOwner`] it acts for, and the same owner
 /// re-enters.
-#[derive(Clone)]
-pub struct FencedLock {
-    inner: Handle,
-}
+pub type FencedLock = ExclusiveLock<Fenced>;
 
-exclusive_lock!(FencedLock, Fenced, FencedGuard, FencedGuard::new);
-
-impl FencedLock {
+impl ExclusiveLock<Fenced> {
     /// The current value of the token counter: the token of the latest acquisition, or 0
     /// when the lock was never taken (Redisson's `getToken`). A [`FencedGuard`]'s
     /// [`token`](FencedGuard::token) is the token of its own acquisition.
@@ -137,8 +134,23 @@ impl FencedLock {
     }
 }
 
-/// `RFencedLock`'s protocol (§7): `RLock`'s, but every acquisition takes a token.
-struct Fenced;
+/// The kind of [`FencedLock`]: Redisson's `RFencedLock` (protocol §7): `RLock`'s protocol,
+/// but every acquisition takes a token.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Fenced;
+
+impl Kind for Fenced {
+    type Hold = Token;
+}
+
+#[allow(private_interfaces)] // sealed: out of users' sight
+impl sealed::Kind for Fenced {
+    const HANDLE: &'static str = "FencedLock";
+
+    fn handle(engine: Arc<Engine>, name: &str) -> Result<Handle> {
+        Handle::new(engine, name, Fenced)
+    }
+}
 
 impl Protocol for Fenced {
     fn kind(&self) -> &'static str {
@@ -173,80 +185,36 @@ impl Protocol for Fenced {
     }
 }
 
-/// One hold of a [`FencedLock`], with its fencing token. Release it with
-/// [`unlock`](FencedGuard::unlock).
+/// One hold of a [`FencedLock`], with its fencing token (see
+/// [`token`](LockGuard::token)). Release it with [`unlock`](LockGuard::unlock).
 ///
 /// Dropping the guard without `unlock` stops its renewal at once and releases the hold in
-/// the background, as for a [`LockGuard`].
-#[must_use = "dropping the guard releases the lock in the background"]
-#[clippy::has_significant_drop]
-#[derive(Debug)]
-pub struct FencedGuard {
-    guard: LockGuard,
-    token: u64,
-}
+/// the background, as for every [`LockGuard`].
+pub type FencedGuard = LockGuard<Token>;
 
-impl FencedGuard {
-    fn new(guard: LockGuard) -> FencedGuard {
+/// The hold of a [`FencedLock`]: its fencing token.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Token(u64);
+
+impl HoldKind for Token {}
+
+impl sealed::HoldKind for Token {
+    const GUARD: &'static str = "FencedGuard";
+
+    fn new(token: Option<u64>) -> Token {
         // Every fenced acquisition has its token (see `Fenced::read_acquire`).
-        let token = guard.fence_token().unwrap_or_default();
-        FencedGuard { guard, token }
+        Token(token.unwrap_or_default())
     }
 
+    fn token(&self) -> Option<u64> {
+        Some(self.0)
+    }
+}
+
+impl LockGuard<Token> {
     /// The fencing token of this hold: larger than the token of every acquisition of this
     /// lock before it. Send it with every read and write of the protected resource.
     pub fn token(&self) -> u64 {
-        self.token
-    }
-
-    /// Releases this hold (the lock is freed with its owner's last hold). The token counter
-    /// is left as it is.
-    ///
-    /// # Cancel safety
-    /// As [`LockGuard::unlock`].
-    ///
-    /// # Errors
-    /// As [`LockGuard::unlock`].
-    pub fn unlock(self) -> impl Future<Output = Result<()>> + Send + 'static {
-        self.guard.unlock()
-    }
-
-    /// Gives up the guard but keeps the hold (and its watchdog renewal); release it later
-    /// with [`FencedLock::unlock`], Java style.
-    pub fn detach(self) {
-        self.guard.detach()
-    }
-
-    /// The lock's name.
-    pub fn name(&self) -> &str {
-        self.guard.name()
-    }
-
-    /// The owner this hold belongs to.
-    pub fn owner(&self) -> &LockOwner {
-        self.guard.owner()
-    }
-
-    /// As [`LockGuard::remaining_lease`].
-    ///
-    /// # Errors
-    /// As [`LockGuard::remaining_lease`].
-    pub async fn remaining_lease(&self) -> Result<Option<Duration>> {
-        self.guard.remaining_lease().await
-    }
-
-    /// Completes when the hold is known to be lost; see [`LockGuard::lease_lost`]. Writes
-    /// made after that carry a token that the resource rejects once a newer holder reached
-    /// it.
-    ///
-    /// # Cancel safety
-    /// Cancel-safe; it only watches.
-    pub fn lease_lost(&self) -> impl Future<Output = ()> + Send + 'static {
-        self.guard.lease_lost()
-    }
-
-    /// Whether [`lease_lost`](FencedGuard::lease_lost) has completed.
-    pub fn is_lease_lost(&self) -> bool {
-        self.guard.is_lease_lost()
+        self.fence_token().unwrap_or_default()
     }
 }

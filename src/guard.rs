@@ -1,5 +1,5 @@
-//! Guards: the lease policy, [`LockGuard`] (one hold, released on unlock or drop), its part
-//! in the client's registry of holds, and lease-lost signalling.
+//! Guards: [`LockGuard`] (one hold, released on unlock or drop), its part in the client's
+//! registry of holds, and lease-lost signalling.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -14,6 +14,8 @@ use std::fmt;
 use crate::background::spawn_or;
 use crate::engine::Engine;
 use crate::error::{Error, Result};
+use crate::kind::{HoldKind, Plain};
+use crate::lease::Lease;
 use crate::observe;
 use crate::owner::LockOwner;
 use crate::protocol::Target;
@@ -21,70 +23,6 @@ use crate::release::{release_settled, By, Released};
 use crate::script::{boxed_in_place, BoxFuture};
 use crate::time::{lease_end, millis};
 use crate::watchdog::{HoldKey, Leaving, Ticket, Watchdog};
-
-/// How long a hold lasts without being released: renewed by the watchdog, or a fixed
-/// time. A `Lease` is checked when it is made, so every value is one the scripts accept.
-///
-/// # Default
-/// [`Lease::WATCHDOG`], as Redisson's `lock()` without a lease time.
-#[derive(Clone, Copy, Default, PartialEq, Eq, Hash)]
-pub struct Lease {
-    /// `None` for the watchdog lease.
-    fixed: Option<Duration>,
-}
-
-impl Lease {
-    /// The hold gets the client's `watchdog_timeout` (30 s by default) and the client's
-    /// watchdog renews it every third of that for as long as the guard lives. If the process
-    /// dies, the lock frees itself within `watchdog_timeout`.
-    pub const WATCHDOG: Lease = Lease { fixed: None };
-
-    /// The longest fixed lease: 2^53 − 1 ms (about 285,000 years), the largest whole number
-    /// the scripts handle exactly. Use [`Lease::WATCHDOG`] to hold without a time limit.
-    pub const MAX_FIXED: Duration = Duration::from_millis((1 << 53) - 1);
-
-    /// A hold that expires after `lease` unless released earlier (Redisson's `leaseTime`).
-    /// It is never renewed: after it runs out another owner may take the lock while this one
-    /// still works. Counted in whole milliseconds. Its guard counts it as ended 5 ms early
-    /// (see [`LockGuard::lease_lost`]); a lease that short is lost as soon as it is taken.
-    ///
-    /// # Errors
-    /// [`Error::InvalidArgument`] when `lease` is under one millisecond or longer than
-    /// [`MAX_FIXED`](Lease::MAX_FIXED).
-    pub fn fixed(lease: Duration) -> Result<Lease> {
-        if lease < Duration::from_millis(1) {
-            Err(Error::invalid(
-                "a fixed lease must be at least one millisecond",
-            ))
-        } else if lease > Lease::MAX_FIXED {
-            Err(Error::invalid(
-                "a fixed lease must be at most Lease::MAX_FIXED (2^53 - 1 ms); \
-                 use Lease::WATCHDOG to hold without a time limit",
-            ))
-        } else {
-            Ok(Lease { fixed: Some(lease) })
-        }
-    }
-
-    /// The fixed lease's duration; `None` for [`Lease::WATCHDOG`].
-    pub fn fixed_duration(self) -> Option<Duration> {
-        self.fixed
-    }
-
-    /// The lease in milliseconds as the scripts take it.
-    pub(crate) fn millis(self, engine: &Engine) -> i64 {
-        millis(self.fixed.unwrap_or(engine.settings().watchdog_timeout))
-    }
-}
-
-impl fmt::Debug for Lease {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.fixed {
-            None => f.write_str("Lease::WATCHDOG"),
-            Some(lease) => write!(f, "Lease::fixed({lease:?})"),
-        }
-    }
-}
 
 /// One guard's part in its hold: its entry in the client's registry of holds (renewed by
 /// the watchdog, or with a fixed lease), and the news that the hold is lost. The guard
@@ -191,43 +129,31 @@ pub(crate) fn release_in_background(release: impl Future<Output = ()> + Send + '
     });
 }
 
-/// One hold of a lock. Release it with [`unlock`](LockGuard::unlock).
+/// One hold of an exclusive lock, or of one side of a read-write lock. Release it with
+/// [`unlock`](LockGuard::unlock).
+///
+/// `H` says which hold it is and what it carries: [`Plain`] for [`Lock`](crate::Lock),
+/// [`FairLock`](crate::FairLock), [`SpinLock`](crate::SpinLock) and the non-reentrant locks,
+/// [`Token`](crate::kind::Token) for a [`FencedGuard`](crate::FencedGuard) (with its
+/// fencing token), [`ReadHold`](crate::kind::ReadHold) and
+/// [`WriteHold`](crate::kind::WriteHold) for a [`ReadGuard`](crate::ReadGuard) and a
+/// [`WriteGuard`](crate::WriteGuard).
 ///
 /// Dropping the guard without `unlock` stops its renewal at once and releases the hold in
 /// the background; `unlock().await` is the way to release it now and learn of errors.
 #[must_use = "dropping the guard releases the lock in the background"]
 #[clippy::has_significant_drop]
-pub struct LockGuard {
-    lock: Arc<Target>,
-    owner: LockOwner,
-    renewal: Renewal,
-    active: bool,
-    /// The lease of the handle that took the hold, for a partial release when this client
-    /// knows of no other hold of the owner.
-    lease_ms: i64,
-    /// The fencing token of a fenced hold, on its way to the [`FencedGuard`].
-    ///
-    /// [`FencedGuard`]: crate::FencedGuard
-    token: Option<u64>,
-    held_since: observe::Since,
+pub struct LockGuard<H: HoldKind = Plain> {
+    holding: Holding,
+    hold: H,
 }
 
-impl LockGuard {
-    pub(crate) fn new(
-        lock: Arc<Target>,
-        owner: LockOwner,
-        renewal: Renewal,
-        lease_ms: i64,
-        token: Option<u64>,
-    ) -> LockGuard {
+impl<H: HoldKind> LockGuard<H> {
+    /// The guard of `holding`, taken by an acquisition that answered `token`.
+    pub(crate) fn new(holding: Holding, token: Option<u64>) -> LockGuard<H> {
         LockGuard {
-            lock,
-            owner,
-            renewal,
-            active: true,
-            lease_ms,
-            token,
-            held_since: observe::Since::now(),
+            holding,
+            hold: H::new(token),
         }
     }
 
@@ -246,27 +172,32 @@ impl LockGuard {
     /// could not be reached even after resending; [`Error::Closed`] after the client's
     /// shutdown. In the error case the hold, if it still exists, is no longer renewed and
     /// frees itself when its lease runs out.
-    pub fn unlock(mut self) -> impl Future<Output = Result<()>> + Send + 'static {
-        self.active = false;
-        let departure = self.depart();
-        Finishing::new(|| async move { departure?.release().await })
+    pub fn unlock(self) -> impl Future<Output = Result<()>> + Send + 'static {
+        self.holding.unlock()
     }
 
     /// Gives up the guard but keeps the hold (and its watchdog renewal); release it later
-    /// with the handle's `unlock(&owner)`, Java style.
+    /// with the handle's `unlock(&owner)` (`unlock_read`/`unlock_write` for a read-write
+    /// lock), Java style.
     pub fn detach(mut self) {
-        self.active = false;
-        self.renewal.detach();
+        self.holding.active = false;
+        self.holding.renewal.detach();
     }
 
     /// The lock's name.
     pub fn name(&self) -> &str {
-        &self.lock.name
+        &self.holding.lock.name
     }
 
     /// The owner this hold belongs to.
     pub fn owner(&self) -> &LockOwner {
-        &self.owner
+        &self.holding.owner
+    }
+
+    /// The fencing token this hold was taken with: `Some` exactly for a fenced hold (see
+    /// [`FencedGuard::token`](crate::FencedGuard::token)).
+    pub fn fence_token(&self) -> Option<u64> {
+        self.hold.token()
     }
 
     /// How long the lock's key lives unless renewed or released, as Redis reports it now;
@@ -275,7 +206,7 @@ impl LockGuard {
     /// # Errors
     /// [`Error::Redis`] when Redis cannot be reached.
     pub async fn remaining_lease(&self) -> Result<Option<Duration>> {
-        self.lock.remaining_lease().await
+        self.holding.lock.remaining_lease().await
     }
 
     /// Completes when the hold is known to be lost: the watchdog found it gone, or could not
@@ -286,22 +217,70 @@ impl LockGuard {
     /// its release: the last of the owner's guards on this lock unlocked or dropped (a
     /// re-entry's release leaves the hold to the others). Meant for `tokio::select!` beside
     /// the work the lock protects; then [`unlock`](LockGuard::unlock) answers `NotHeld` at
-    /// once.
+    /// once. For a fenced hold, writes made after that carry a token that the resource
+    /// rejects once a newer holder reached it.
     ///
     /// # Cancel safety
     /// Cancel-safe; it only watches.
     pub fn lease_lost(&self) -> impl Future<Output = ()> + Send + 'static {
-        self.renewal.lost(self.lock.engine.watchdog())
+        let holding = &self.holding;
+        holding.renewal.lost(holding.lock.engine.watchdog())
     }
 
     /// Whether [`lease_lost`](LockGuard::lease_lost) has completed.
     pub fn is_lease_lost(&self) -> bool {
-        self.renewal.is_lost(self.lock.engine.watchdog())
+        let holding = &self.holding;
+        holding.renewal.is_lost(holding.lock.engine.watchdog())
+    }
+}
+
+impl<H: HoldKind> fmt::Debug for LockGuard<H> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut guard = f.debug_struct(H::GUARD);
+        guard
+            .field("name", &self.holding.lock.name)
+            .field("owner", &self.holding.owner);
+        if let Some(token) = self.fence_token() {
+            guard.field("token", &token);
+        }
+        guard.finish()
+    }
+}
+
+/// What every guard holds, whatever its kind: the hold of one owner on one lock, its part
+/// in the registry of holds, and the release when it is unlocked or dropped.
+pub(crate) struct Holding {
+    lock: Arc<Target>,
+    owner: LockOwner,
+    renewal: Renewal,
+    active: bool,
+    /// The lease of the handle that took the hold, for a partial release when this client
+    /// knows of no other hold of the owner.
+    lease_ms: i64,
+    held_since: observe::Since,
+}
+
+impl Holding {
+    pub(crate) fn new(
+        lock: Arc<Target>,
+        owner: LockOwner,
+        renewal: Renewal,
+        lease_ms: i64,
+    ) -> Holding {
+        Holding {
+            lock,
+            owner,
+            renewal,
+            active: true,
+            lease_ms,
+            held_since: observe::Since::now(),
+        }
     }
 
-    /// The fencing token this hold was taken with; `Some` exactly for fenced holds.
-    pub(crate) fn fence_token(&self) -> Option<u64> {
-        self.token
+    fn unlock(mut self) -> impl Future<Output = Result<()>> + Send + 'static {
+        self.active = false;
+        let departure = self.depart();
+        Finishing::new(|| async move { departure?.release().await })
     }
 
     /// Gives up this guard's part and returns what releasing its hold takes, or `NotHeld` at
@@ -352,7 +331,7 @@ impl Departure {
     }
 }
 
-impl Drop for LockGuard {
+impl Drop for Holding {
     fn drop(&mut self) {
         if !self.active {
             return;
@@ -369,14 +348,5 @@ impl Drop for LockGuard {
                 }
             }
         });
-    }
-}
-
-impl fmt::Debug for LockGuard {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("LockGuard")
-            .field("name", &self.lock.name)
-            .field("owner", &self.owner)
-            .finish()
     }
 }

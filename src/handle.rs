@@ -16,8 +16,10 @@ use crate::attempt::Taken;
 use crate::attempt::{Attempt, InFlight};
 use crate::engine::Engine;
 use crate::error::{map_redis_error, Error, Result};
-use crate::guard::{Finishing, Lease, LockGuard, Renewal};
+use crate::guard::{Finishing, Holding, LockGuard, Renewal};
 use crate::keys::LockKeys;
+use crate::kind::HoldKind;
+use crate::lease::Lease;
 use crate::observe::{self, Since};
 use crate::owner::LockOwner;
 use crate::protocol::{Answer, OnTheWire, Place, Protocol, Target};
@@ -103,18 +105,15 @@ impl Handle {
         self.lock.engine.server()
     }
 
-    /// Takes the lock, waiting until the hold is taken; `wrap` makes the kind's guard.
-    /// (The wrapping is done here, in the one future, rather than by the caller awaiting
-    /// this one: each layer of `async` that awaits a future it was given stores it twice.)
-    pub(crate) fn lock<G>(
+    /// Takes the lock, waiting until the hold is taken.
+    pub(crate) fn lock<H: HoldKind>(
         &self,
         owner: &LockOwner,
-        wrap: impl FnOnce(LockGuard) -> G + Send + 'static,
-    ) -> impl Future<Output = Result<G>> + Send + 'static {
+    ) -> impl Future<Output = Result<LockGuard<H>>> + Send + 'static {
         let (handle, owner) = (self.clone(), owner.clone());
         async move {
             match handle.acquire(&owner, Wait::Forever).await? {
-                Some(guard) => Ok(wrap(guard)),
+                Some(guard) => Ok(guard),
                 None => Err(Error::UnexpectedReply {
                     script: "acquire",
                     detail: "a wait without a deadline ended without a hold".into(),
@@ -123,40 +122,47 @@ impl Handle {
         }
     }
 
-    /// One attempt; `wrap` makes the kind's guard.
-    pub(crate) fn try_lock<G>(
+    /// One attempt.
+    pub(crate) fn try_lock<H: HoldKind>(
         &self,
         owner: &LockOwner,
-        wrap: impl FnOnce(LockGuard) -> G + Send + 'static,
-    ) -> impl Future<Output = Result<Option<G>>> + Send + 'static {
+    ) -> impl Future<Output = Result<Option<LockGuard<H>>>> + Send + 'static {
         let (handle, owner) = (self.clone(), owner.clone());
-        async move { Ok(handle.acquire(&owner, Wait::Once).await?.map(wrap)) }
+        async move { handle.acquire(&owner, Wait::Once).await }
     }
 
-    /// Waits at most `wait`; `wrap` makes the kind's guard.
-    pub(crate) fn try_lock_for<G>(
+    /// Waits at most `wait`.
+    pub(crate) fn try_lock_for<H: HoldKind>(
         &self,
         owner: &LockOwner,
         wait: Duration,
-        wrap: impl FnOnce(LockGuard) -> G + Send + 'static,
-    ) -> impl Future<Output = Result<Option<G>>> + Send + 'static {
+    ) -> impl Future<Output = Result<Option<LockGuard<H>>>> + Send + 'static {
         let (handle, owner) = (self.clone(), owner.clone());
         async move {
             let wait = Wait::from_limit(wait)?;
-            Ok(handle.acquire(&owner, wait).await?.map(wrap))
+            handle.acquire(&owner, wait).await
         }
     }
 
     /// Takes a hold for `owner`, waiting as `wait` says: `Ok(None)` when the wait ran out.
-    pub(crate) async fn acquire(&self, owner: &LockOwner, wait: Wait) -> Result<Option<LockGuard>> {
+    pub(crate) async fn acquire<H: HoldKind>(
+        &self,
+        owner: &LockOwner,
+        wait: Wait,
+    ) -> Result<Option<LockGuard<H>>> {
         let (since, kind) = (Since::now(), self.lock.kind.kind());
         let span = observe::acquire_span(&self.lock.name, kind);
         let outcome = self.acquire_observed(owner, wait).instrument(span).await;
         observe::acquired(kind, since, &outcome);
-        outcome
+        Ok(outcome?.map(|(holding, token)| LockGuard::new(holding, token)))
     }
 
-    async fn acquire_observed(&self, owner: &LockOwner, wait: Wait) -> Result<Option<LockGuard>> {
+    /// The hold taken, with its fencing token if the kind gives one.
+    async fn acquire_observed(
+        &self,
+        owner: &LockOwner,
+        wait: Wait,
+    ) -> Result<Option<(Holding, Option<u64>)>> {
         let engine = &self.lock.engine;
         engine.check_open()?;
         let lease_ms = self.lease.millis(engine);
@@ -224,7 +230,7 @@ impl Handle {
         lease_ms: i64,
         wait: Wait,
         queued: Option<&OnTheWire>,
-    ) -> impl Future<Output = Result<Attempt<LockGuard>>> + Send + 'static {
+    ) -> impl Future<Output = Result<Attempt<(Holding, Option<u64>)>>> + Send + 'static {
         let sent_at = Instant::now();
         let lock = &self.lock;
         let permit = queued.map(|wire| {
@@ -282,7 +288,7 @@ impl Handle {
                 Attempt::Acquired(Taken { new_hold, token }) => {
                     let hold = lock.hold_key(&owner);
                     let renewal = Renewal::start(&lock.engine, lease, hold, sent_at, new_hold);
-                    Attempt::Acquired(LockGuard::new(lock, owner, renewal, lease_ms, token))
+                    Attempt::Acquired((Holding::new(lock, owner, renewal, lease_ms), token))
                 }
                 Attempt::Busy { ttl } => Attempt::Busy { ttl },
             })
@@ -379,219 +385,3 @@ impl Target {
         })
     }
 }
-
-/// Writes the public surface every exclusive lock kind shares, once, over a handle
-/// `struct $lock { inner: Handle }` running `$protocol`, whose holds are `$guard`s made from
-/// a [`LockGuard`] by `$wrap`. What differs by kind (how waiters line up, whether the holder
-/// may re-enter) is told in the kind's own type docs. Without `$guard`, holds are plain
-/// [`LockGuard`]s.
-macro_rules! exclusive_lock {
-    ($lock:ident, $protocol:expr) => {
-        $crate::handle::exclusive_lock!(
-            $lock,
-            $protocol,
-            $crate::guard::LockGuard,
-            std::convert::identity
-        );
-    };
-    ($lock:ident, $protocol:expr, $guard:ty, $wrap:expr) => {
-        impl $lock {
-            pub(crate) fn new(
-                engine: std::sync::Arc<$crate::engine::Engine>,
-                name: &str,
-            ) -> $crate::error::Result<$lock> {
-                Ok($lock {
-                    inner: $crate::handle::Handle::new(engine, name, $protocol)?,
-                })
-            }
-
-            pub(crate) fn into_handle(self) -> $crate::handle::Handle {
-                self.inner
-            }
-
-            /// The same lock with another lease policy for the holds it takes from now on.
-            /// A [fixed lease](crate::Lease::fixed) disables the watchdog for those holds.
-            pub fn with_lease(self, lease: $crate::guard::Lease) -> $lock {
-                $lock {
-                    inner: self.inner.with_lease(lease),
-                }
-            }
-
-            /// The same lock with another way of waiting from now on; see
-            /// [`WaitStrategy`](crate::WaitStrategy).
-            pub fn with_wait_strategy(self, wait: $crate::wait::WaitStrategy) -> $lock {
-                $lock {
-                    inner: self.inner.with_wait_strategy(wait),
-                }
-            }
-
-            /// The lock's name, as given to the `LockClient` method that made the handle.
-            pub fn name(&self) -> &str {
-                self.inner.name()
-            }
-
-            /// The lease policy of the holds this handle takes.
-            pub fn lease(&self) -> $crate::guard::Lease {
-                self.inner.lease()
-            }
-
-            /// How this handle waits.
-            pub fn wait_strategy(&self) -> $crate::wait::WaitStrategy {
-                self.inner.wait_strategy()
-            }
-
-            /// Takes the lock for `owner`, waiting as long as it takes.
-            ///
-            /// Waiting is woken by the unlock message of whoever releases the lock, Java
-            /// clients included, and in any case when the holder's lease runs out; with
-            /// [`WaitStrategy::Spin`](crate::WaitStrategy::Spin) it polls by its back-off
-            /// instead.
-            #[doc = concat!("What a holder's second acquisition does, and in which order waiters get the lock, is told on [`", stringify!($lock), "`].")]
-            ///
-            /// # Cancel safety
-            /// Cancel-safe: dropping the future at any point leaves no hold behind (a hold
-            /// taken by a script already on the wire is released as soon as its reply
-            /// arrives) and no place in a queue. So `tokio::time::timeout(lock.lock(&owner),
-            /// d)` is safe.
-            ///
-            /// # Errors
-            /// [`Error::Redis`](crate::Error::Redis) when Redis cannot be reached at the
-            /// first attempt (while waiting, transient errors are retried until Redis has
-            /// been unreachable for `watchdog_timeout`);
-            /// [`Error::WrongType`](crate::Error::WrongType) when the lock's keys hold
-            /// another type; [`Error::WouldDeadlock`](crate::Error::WouldDeadlock)
-            /// where the kind refuses a second acquisition by the holder;
-            /// [`Error::Closed`](crate::Error::Closed) after shutdown. When the connection
-            /// fails while the acquire script is on the wire, the script may still have
-            /// taken the hold; it is then never renewed and frees itself when its lease
-            /// runs out.
-            pub fn lock(
-                &self,
-                owner: &$crate::owner::LockOwner,
-            ) -> impl std::future::Future<Output = $crate::error::Result<$guard>> + Send + 'static {
-                self.inner.lock(owner, $wrap)
-            }
-
-            /// One attempt: takes the lock for `owner` if it can be had now, without
-            /// waiting (and, for a kind with a queue, without joining it). `Ok(None)` when
-            /// it cannot.
-            ///
-            /// # Cancel safety
-            #[doc = concat!("As [`lock`](", stringify!($lock), "::lock).")]
-            ///
-            /// # Errors
-            #[doc = concat!("As [`lock`](", stringify!($lock), "::lock).")]
-            pub fn try_lock(
-                &self,
-                owner: &$crate::owner::LockOwner,
-            ) -> impl std::future::Future<Output = $crate::error::Result<Option<$guard>>> + Send + 'static
-            {
-                self.inner.try_lock(owner, $wrap)
-            }
-
-            /// Takes the lock for `owner`, waiting at most `wait`; `Ok(None)` when the wait
-            /// ran out (a queued waiter has then left the queue). A zero `wait` makes
-            #[doc = concat!("exactly one attempt, like [`try_lock`](", stringify!($lock), "::try_lock).")]
-            ///
-            /// # Cancel safety
-            #[doc = concat!("As [`lock`](", stringify!($lock), "::lock).")]
-            ///
-            /// # Errors
-            #[doc = concat!("As [`lock`](", stringify!($lock), "::lock); also")]
-            /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) when `wait` is too
-            /// long to add to the current time.
-            pub fn try_lock_for(
-                &self,
-                owner: &$crate::owner::LockOwner,
-                wait: std::time::Duration,
-            ) -> impl std::future::Future<Output = $crate::error::Result<Option<$guard>>> + Send + 'static
-            {
-                self.inner.try_lock_for(owner, wait, $wrap)
-            }
-
-            /// Releases one hold of `owner` without a guard, Java style: the counterpart of
-            /// a guard given up with `detach`. The lock is freed (and its waiters told)
-            /// with the last hold; until then the key lives on for the owner's other holds.
-            ///
-            /// # Cancel safety
-            /// Cancel-safe: the release starts when this is called, and a future dropped
-            /// before it is done (even before its first poll) finishes it in the background,
-            /// resends included.
-            ///
-            /// # Errors
-            /// [`Error::NotHeld`](crate::Error::NotHeld) when `owner` holds nothing (nothing
-            /// changes on the server), at once and sending nothing when this client knows
-            /// the hold is lost (its lease ran out unrenewed); [`Error::Redis`](crate::Error::Redis) when Redis
-            /// could not be reached even after resending (resending is safe: the unlock
-            /// latch makes the release happen at most once).
-            pub fn unlock(
-                &self,
-                owner: &$crate::owner::LockOwner,
-            ) -> impl std::future::Future<Output = $crate::error::Result<()>> + Send + 'static {
-                self.inner.unlock(owner)
-            }
-
-            /// Frees the lock whoever holds it, and wakes its waiters. `true` when it was
-            /// held.
-            ///
-            /// # Correctness
-            /// This breaks mutual exclusion for the current holder, which goes on believing
-            /// it holds the lock until its guard's `lease_lost()` fires (at the next watchdog
-            /// renewal, when the holder is in this process or uses a watchdog).
-            ///
-            /// # Errors
-            /// [`Error::Redis`](crate::Error::Redis) when Redis cannot be reached.
-            pub async fn force_unlock(&self) -> $crate::error::Result<bool> {
-                self.inner.force_unlock().await
-            }
-
-            /// Whether anyone (in any process, with any kind sharing the name) holds the
-            /// lock. Waiters do not count.
-            ///
-            /// # Errors
-            /// [`Error::Redis`](crate::Error::Redis) when Redis cannot be reached,
-            /// [`Error::WrongType`](crate::Error::WrongType) when the key is not a lock hash.
-            pub async fn is_locked(&self) -> $crate::error::Result<bool> {
-                self.inner.is_locked().await
-            }
-
-            /// Whether `owner` holds the lock.
-            ///
-            /// # Errors
-            #[doc = concat!("As [`is_locked`](", stringify!($lock), "::is_locked).")]
-            pub async fn is_held_by(&self, owner: &$crate::owner::LockOwner) -> $crate::error::Result<bool> {
-                Ok(self.inner.hold_count(owner).await? > 0)
-            }
-
-            /// How many times `owner` holds the lock (0 when it does not).
-            ///
-            /// # Errors
-            #[doc = concat!("As [`is_locked`](", stringify!($lock), "::is_locked).")]
-            pub async fn hold_count(&self, owner: &$crate::owner::LockOwner) -> $crate::error::Result<u64> {
-                self.inner.hold_count(owner).await
-            }
-
-            /// How long the current hold lasts unless renewed or released; `None` when the
-            /// lock is free. A hold without expiry (possible only if something ran
-            /// `PERSIST` on the key) reports `Duration::MAX`.
-            ///
-            /// # Errors
-            /// [`Error::Redis`](crate::Error::Redis) when Redis cannot be reached.
-            pub async fn remaining_lease(&self) -> $crate::error::Result<Option<std::time::Duration>> {
-                self.inner.remaining_lease().await
-            }
-        }
-
-        impl std::fmt::Debug for $lock {
-            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.debug_struct(stringify!($lock))
-                    .field("name", &self.inner.name())
-                    .field("lease", &self.inner.lease())
-                    .field("wait_strategy", &self.inner.wait_strategy())
-                    .finish()
-            }
-        }
-    };
-}
-
-pub(crate) use exclusive_lock;

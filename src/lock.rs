@@ -3,10 +3,16 @@
 
 use fred::types::Value;
 
+use std::sync::Arc;
+
+use crate::engine::Engine;
+use crate::error::Result;
+use crate::exclusive::ExclusiveLock;
 #[cfg(doc)]
 use crate::guard::LockGuard;
-use crate::handle::{exclusive_lock, Handle};
+use crate::handle::Handle;
 use crate::keys::UNLOCK_MESSAGE;
+use crate::kind::{sealed, Kind, Plain};
 use crate::owner::LockOwner;
 use crate::protocol::{Protocol, Target};
 use crate::script::{static_arg, Call, LOCK_ACQUIRE, LOCK_FORCE_RELEASE, LOCK_RELEASE};
@@ -35,15 +41,24 @@ use crate::wait::Wait;
 /// guard.unlock().await?;
 /// # Ok(()) }
 /// ```
-#[derive(Clone)]
-pub struct Lock {
-    inner: Handle,
+pub type Lock = ExclusiveLock<Reentrant>;
+
+/// The kind of [`Lock`]: Redisson's `RLock` (protocol §3).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Reentrant;
+
+impl Kind for Reentrant {
+    type Hold = Plain;
 }
 
-exclusive_lock!(Lock, Reentrant);
+#[allow(private_interfaces)] // sealed: out of users' sight
+impl sealed::Kind for Reentrant {
+    const HANDLE: &'static str = "Lock";
 
-/// `RLock`'s protocol (§3).
-pub(crate) struct Reentrant;
+    fn handle(engine: Arc<Engine>, name: &str) -> Result<Handle> {
+        Handle::new(engine, name, Reentrant)
+    }
+}
 
 impl Protocol for Reentrant {
     fn kind(&self) -> &'static str {

@@ -10,11 +10,14 @@ use fred::types::Value;
 
 use crate::attempt::Attempt;
 use crate::attempt::Taken;
+use crate::engine::Engine;
 use crate::error::{Error, Result};
+use crate::exclusive::ExclusiveLock;
 use crate::fair_lock::Fair;
-use crate::handle::{exclusive_lock, Handle};
+use crate::handle::Handle;
 use crate::keys::Str;
 use crate::keys::{LockKeys, NON_REENTRANT_REACQUIRE};
+use crate::kind::{sealed, Kind, Plain};
 #[cfg(doc)]
 use crate::lock::Lock;
 use crate::lock::Reentrant;
@@ -50,12 +53,7 @@ use crate::watchdog::Renew;
 /// guard.unlock().await?; // one unlock frees it
 /// # Ok(()) }
 /// ```
-#[derive(Clone)]
-pub struct NonReentrantLock {
-    inner: Handle,
-}
-
-exclusive_lock!(NonReentrantLock, NoReentry(Reentrant, "non_reentrant_lock"));
+pub type NonReentrantLock = ExclusiveLock<NonReentrant>;
 
 /// A fair lock (see [`FairLock`](crate::FairLock)) that an owner can hold only once: taking
 /// it again while holding it fails at once with [`Error::WouldDeadlock`]. Shared with
@@ -65,15 +63,42 @@ exclusive_lock!(NonReentrantLock, NoReentry(Reentrant, "non_reentrant_lock"));
 /// and per-waiter channels; the hold always has a count of 1, so one unlock frees it.
 /// Re-entry is judged by the [`LockOwner`]. A cheap handle (no I/O to make one, `Clone`,
 /// `Send + Sync`).
-#[derive(Clone)]
-pub struct NonReentrantFairLock {
-    inner: Handle,
+pub type NonReentrantFairLock = ExclusiveLock<NonReentrantFair>;
+
+/// The kind of [`NonReentrantLock`]: Redisson's `getNonReentrantLock` (protocol §8.2).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NonReentrant;
+
+impl Kind for NonReentrant {
+    type Hold = Plain;
 }
 
-exclusive_lock!(
-    NonReentrantFairLock,
-    NoReentry(Fair, "non_reentrant_fair_lock")
-);
+#[allow(private_interfaces)] // sealed: out of users' sight
+impl sealed::Kind for NonReentrant {
+    const HANDLE: &'static str = "NonReentrantLock";
+
+    fn handle(engine: Arc<Engine>, name: &str) -> Result<Handle> {
+        Handle::new(engine, name, NoReentry(Reentrant, "non_reentrant_lock"))
+    }
+}
+
+/// The kind of [`NonReentrantFairLock`]: Redisson's `getNonReentrantFairLock` (protocol
+/// §8.3).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NonReentrantFair;
+
+impl Kind for NonReentrantFair {
+    type Hold = Plain;
+}
+
+#[allow(private_interfaces)] // sealed: out of users' sight
+impl sealed::Kind for NonReentrantFair {
+    const HANDLE: &'static str = "NonReentrantFairLock";
+
+    fn handle(engine: Arc<Engine>, name: &str) -> Result<Handle> {
+        Handle::new(engine, name, NoReentry(Fair, "non_reentrant_fair_lock"))
+    }
+}
 
 /// A base kind whose acquire refuses a re-entry: its script gets the marker as its last
 /// argument (§8.2, §8.3) and replies it as an error, which becomes

@@ -1,10 +1,16 @@
 //! The spin lock: Redisson's `RSpinLock` (protocol §8.1): the reentrant lock's hold,
 //! waited for by back-off instead of pub/sub, released without a message.
 
+use std::sync::Arc;
+
 use crate::backoff::Backoff;
+use crate::engine::Engine;
+use crate::error::Result;
+use crate::exclusive::ExclusiveLock;
 #[cfg(doc)]
 use crate::guard::LockGuard;
-use crate::handle::{exclusive_lock, Handle};
+use crate::handle::Handle;
+use crate::kind::{sealed, Kind, Plain};
 #[cfg(doc)]
 use crate::lock::Lock;
 use crate::lock::{acquire_call, force_release_call, release_call};
@@ -47,14 +53,9 @@ use crate::wait::{Wait, WaitStrategy};
 /// }
 /// # Ok(()) }
 /// ```
-#[derive(Clone)]
-pub struct SpinLock {
-    inner: Handle,
-}
+pub type SpinLock = ExclusiveLock<Spin>;
 
-exclusive_lock!(SpinLock, Spin);
-
-impl SpinLock {
+impl ExclusiveLock<Spin> {
     /// The same lock with another back-off for the waits it makes from now on (the same as
     /// `with_wait_strategy(WaitStrategy::Spin(backoff))`).
     ///
@@ -65,8 +66,23 @@ impl SpinLock {
     }
 }
 
-/// `RSpinLock`'s protocol (§8.1): `RLock`'s acquire, a release that publishes nothing.
-struct Spin;
+/// The kind of [`SpinLock`]: Redisson's `RSpinLock` (protocol §8.1): `RLock`'s acquire, a
+/// release that publishes nothing.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Spin;
+
+impl Kind for Spin {
+    type Hold = Plain;
+}
+
+#[allow(private_interfaces)] // sealed: out of users' sight
+impl sealed::Kind for Spin {
+    const HANDLE: &'static str = "SpinLock";
+
+    fn handle(engine: Arc<Engine>, name: &str) -> Result<Handle> {
+        Handle::new(engine, name, Spin)
+    }
+}
 
 impl Protocol for Spin {
     fn kind(&self) -> &'static str {

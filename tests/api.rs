@@ -5,84 +5,72 @@ mod support;
 
 use std::time::Duration;
 
-use redisson_lock::{Error, Lease, LockClient, MultiMember, WaitStrategy};
+use redisson_lock::kind::{self, Kind};
+use redisson_lock::{Error, ExclusiveLock, Lease, LockOwner, MultiMember, WaitStrategy};
 use support::*;
 
-/// Runs the same calls on one handle of every exclusive kind, so a method missing on one
-/// kind fails to compile.
-macro_rules! on_every_exclusive_kind {
-    ($client:expr, $name:expr, |$lock:ident| $body:expr) => {{
-        let c: &LockClient = $client;
-        {
-            let $lock = c.lock(&format!("{}-plain", $name)).unwrap();
-            $body
-        }
-        {
-            let $lock = c.fair_lock(&format!("{}-fair", $name)).unwrap();
-            $body
-        }
-        {
-            let $lock = c.fenced_lock(&format!("{}-fenced", $name)).unwrap();
-            $body
-        }
-        {
-            let $lock = c.spin_lock(&format!("{}-spin", $name)).unwrap();
-            $body
-        }
-        {
-            let $lock = c.non_reentrant_lock(&format!("{}-nr", $name)).unwrap();
-            $body
-        }
-        {
-            let $lock = c
-                .non_reentrant_fair_lock(&format!("{}-nrf", $name))
-                .unwrap();
-            $body
-        }
-    }};
+/// The same calls on a lock of any exclusive kind: written once, generic over the kinds.
+async fn uniform<K: Kind>(lock: ExclusiveLock<K>, me: &LockOwner, other: &LockOwner) {
+    let lock = lock
+        .with_lease(Lease::fixed(Duration::from_secs(30)).unwrap())
+        .with_wait_strategy(WaitStrategy::PubSub);
+    assert_eq!(lock.lease(), Lease::fixed(Duration::from_secs(30)).unwrap());
+    assert_eq!(lock.wait_strategy(), WaitStrategy::PubSub);
+    assert!(!lock.is_locked().await.unwrap(), "{}", lock.name());
+    assert_eq!(lock.remaining_lease().await.unwrap(), None);
+
+    let guard = lock.lock(me).await.unwrap();
+    assert!(lock.is_locked().await.unwrap());
+    assert!(lock.is_held_by(me).await.unwrap());
+    assert!(!lock.is_held_by(other).await.unwrap());
+    assert_eq!(lock.hold_count(me).await.unwrap(), 1);
+    let left = lock.remaining_lease().await.unwrap().unwrap();
+    assert!(left > Duration::from_secs(20) && left <= Duration::from_secs(30));
+    let guard_left = guard.remaining_lease().await.unwrap().unwrap();
+    assert!(guard_left > Duration::from_secs(20), "{}", lock.name());
+    assert!(lock.try_lock(other).await.unwrap().is_none());
+    assert!(lock
+        .try_lock_for(other, Duration::from_millis(50))
+        .await
+        .unwrap()
+        .is_none());
+    guard.unlock().await.unwrap();
+
+    // Java style: detach, then release by owner.
+    lock.try_lock(me).await.unwrap().unwrap().detach();
+    lock.unlock(me).await.unwrap();
+    assert!(matches!(lock.unlock(me).await, Err(Error::NotHeld { .. })));
+
+    let guard = lock.lock(other).await.unwrap();
+    assert!(lock.force_unlock().await.unwrap());
+    assert!(!lock.force_unlock().await.unwrap());
+    assert!(matches!(guard.unlock().await, Err(Error::NotHeld { .. })));
+    // Every guard reports its fencing token the same way: `Some` exactly for a fenced lock.
+    let guard = lock.lock(me).await.unwrap();
+    assert_eq!(
+        guard.fence_token().is_some(),
+        lock.name().ends_with("-fenced")
+    );
+    guard.unlock().await.unwrap();
 }
 
 #[tokio::test]
 async fn every_exclusive_kind_offers_the_same_methods() {
     let server = RedisServer::start();
     let c = client(&server).await;
-    let (me, other) = (c.new_owner(), c.new_owner());
-    on_every_exclusive_kind!(&c, "uniform", |lock| {
-        let lock = lock
-            .with_lease(Lease::fixed(Duration::from_secs(30)).unwrap())
-            .with_wait_strategy(WaitStrategy::PubSub);
-        assert_eq!(lock.lease(), Lease::fixed(Duration::from_secs(30)).unwrap());
-        assert_eq!(lock.wait_strategy(), WaitStrategy::PubSub);
-        assert!(!lock.is_locked().await.unwrap(), "{}", lock.name());
-        assert_eq!(lock.remaining_lease().await.unwrap(), None);
-
-        let guard = lock.lock(&me).await.unwrap();
-        assert!(lock.is_locked().await.unwrap());
-        assert!(lock.is_held_by(&me).await.unwrap());
-        assert!(!lock.is_held_by(&other).await.unwrap());
-        assert_eq!(lock.hold_count(&me).await.unwrap(), 1);
-        let left = lock.remaining_lease().await.unwrap().unwrap();
-        assert!(left > Duration::from_secs(20) && left <= Duration::from_secs(30));
-        let guard_left = guard.remaining_lease().await.unwrap().unwrap();
-        assert!(guard_left > Duration::from_secs(20), "{}", lock.name());
-        assert!(lock.try_lock(&other).await.unwrap().is_none());
-        assert!(lock
-            .try_lock_for(&other, Duration::from_millis(50))
-            .await
-            .unwrap()
-            .is_none());
-        guard.unlock().await.unwrap();
-
-        // Java style: detach, then release by owner.
-        lock.try_lock(&me).await.unwrap().unwrap().detach();
-        lock.unlock(&me).await.unwrap();
-        assert!(matches!(lock.unlock(&me).await, Err(Error::NotHeld { .. })));
-
-        let guard = lock.lock(&other).await.unwrap();
-        assert!(lock.force_unlock().await.unwrap());
-        assert!(!lock.force_unlock().await.unwrap());
-        assert!(matches!(guard.unlock().await, Err(Error::NotHeld { .. })));
-    });
+    let (me, other) = (&c.new_owner(), &c.new_owner());
+    uniform(c.lock("uniform-plain").unwrap(), me, other).await;
+    uniform(c.fair_lock("uniform-fair").unwrap(), me, other).await;
+    uniform(c.fenced_lock("uniform-fenced").unwrap(), me, other).await;
+    uniform(c.spin_lock("uniform-spin").unwrap(), me, other).await;
+    uniform(c.non_reentrant_lock("uniform-nr").unwrap(), me, other).await;
+    uniform(c.non_reentrant_fair_lock("uniform-nrf").unwrap(), me, other).await;
+    // The kind as a type parameter names the same lock as its constructor.
+    let fair = c.exclusive_lock::<kind::Fair>("uniform-fair").unwrap();
+    let held = c.fair_lock("uniform-fair").unwrap().lock(me).await.unwrap();
+    assert!(fair.is_held_by(me).await.unwrap());
+    assert!(format!("{fair:?}").starts_with("FairLock"), "{fair:?}");
+    held.unlock().await.unwrap();
 }
 
 #[tokio::test]

@@ -122,7 +122,13 @@ fn java_holds_are_respected_and_every_kind_works() {
     let first = fenced.lock(&me).unwrap().token();
     let second = fenced.lock(&me).unwrap();
     assert!(second.token() > first);
+    assert_eq!(second.fence_token(), Some(second.token()));
     drop(second);
+    // Generic over the kinds, as the async API.
+    let same = client
+        .exclusive_lock::<redisson_lock::kind::Fenced>("blocking:fenced")
+        .unwrap();
+    assert!(same.lock(&me).unwrap().token() > first);
 
     let rw = client.read_write_lock("blocking:rw").unwrap();
     let other = client.new_owner();

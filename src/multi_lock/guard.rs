@@ -13,6 +13,7 @@ use tokio::time::Instant;
 use crate::error::Error;
 use crate::error::Result;
 use crate::guard::LockGuard;
+use crate::kind::Member;
 #[cfg(doc)]
 use crate::multi_lock::RedLock;
 
@@ -23,7 +24,7 @@ use crate::multi_lock::RedLock;
 #[must_use = "dropping the guard releases the locks in the background"]
 #[clippy::has_significant_drop]
 pub struct MultiLockGuard {
-    pub(super) guards: Vec<LockGuard>,
+    pub(super) guards: Vec<LockGuard<Member>>,
     pub(super) needed: usize,
     pub(super) valid_until: Option<Instant>,
 }
@@ -31,6 +32,12 @@ pub struct MultiLockGuard {
 impl MultiLockGuard {
     /// Releases every member, all at once, and reports the first error after trying them
     /// all.
+    ///
+    /// # Cancel safety
+    /// Cancel-safe: every member's release starts when this is first polled, and one
+    /// dropped before it is done finishes in the background, as a dropped
+    /// [`LockGuard`]'s does; dropped before its first poll, the guard is dropped, which
+    /// releases every member in the background.
     ///
     /// # Errors
     /// The first member's error: [`Error::NotHeld`] for a member whose hold was lost,

@@ -10,15 +10,15 @@ use tokio::time::Instant;
 
 use crate::backoff::{between, failed_round_pause};
 use crate::error::{Error, Result};
-use crate::fair_lock::FairLock;
+use crate::exclusive::ExclusiveLock;
+#[cfg(doc)]
 use crate::fenced_lock::FencedLock;
-use crate::guard::{Lease, LockGuard};
+use crate::guard::LockGuard;
 use crate::handle::Handle;
-use crate::lock::Lock;
-use crate::non_reentrant::{NonReentrantFairLock, NonReentrantLock};
+use crate::kind::{Kind, Member};
+use crate::lease::Lease;
 use crate::owner::LockOwner;
 use crate::rw_lock::ReadWriteLock;
-use crate::spin_lock::SpinLock;
 use crate::time::deadline_after;
 use crate::wait::Wait;
 
@@ -34,31 +34,17 @@ impl MultiMember {
     }
 }
 
-/// `From` each exclusive kind, by value and by reference.
-macro_rules! members {
-    ($($kind:ident),*) => {$(
-        impl From<$kind> for MultiMember {
-            fn from(lock: $kind) -> Self {
-                MultiMember(lock.into_handle())
-            }
-        }
-
-        impl From<&$kind> for MultiMember {
-            fn from(lock: &$kind) -> Self {
-                MultiMember(lock.clone().into_handle())
-            }
-        }
-    )*};
+impl<K: Kind> From<ExclusiveLock<K>> for MultiMember {
+    fn from(lock: ExclusiveLock<K>) -> Self {
+        MultiMember(lock.into_handle())
+    }
 }
 
-members!(
-    Lock,
-    FairLock,
-    FencedLock,
-    SpinLock,
-    NonReentrantLock,
-    NonReentrantFairLock
-);
+impl<K: Kind> From<&ExclusiveLock<K>> for MultiMember {
+    fn from(lock: &ExclusiveLock<K>) -> Self {
+        MultiMember(lock.clone().into_handle())
+    }
+}
 
 impl fmt::Debug for MultiMember {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -271,7 +257,7 @@ impl MultiLock {
         loop {
             // A fixed lease's validity counts from the start of the round that took it.
             let start = Instant::now();
-            let mut taken: Vec<LockGuard> = Vec::with_capacity(n);
+            let mut taken: Vec<LockGuard<Member>> = Vec::with_capacity(n);
             let mut failures_left = allowed_failures;
             let mut round_failed = false;
             let mut member_failed = false;
@@ -466,9 +452,9 @@ enum Failure {
 /// Runs one member's acquisition, bounded by `limit` (plus a margin for the reply) so that
 /// an unreachable server cannot stall the whole multi-lock.
 async fn bounded(
-    acquire: impl Future<Output = Result<Option<LockGuard>>>,
+    acquire: impl Future<Output = Result<Option<LockGuard<Member>>>>,
     limit: Option<Duration>,
-) -> std::result::Result<Option<LockGuard>, Failure> {
+) -> std::result::Result<Option<LockGuard<Member>>, Failure> {
     let outcome = match limit {
         Some(limit) => match tokio::time::timeout(limit + Duration::from_millis(50), acquire).await
         {
@@ -496,7 +482,7 @@ async fn bounded(
 
 /// Releases members taken by an attempt that did not succeed; errors are ignored (the holds
 /// expire with their leases).
-async fn release_all(taken: Vec<LockGuard>) {
+async fn release_all(taken: Vec<LockGuard<Member>>) {
     let mut releases = JoinSet::new();
     for guard in taken {
         releases.spawn(guard.unlock());

@@ -1,7 +1,7 @@
 //! The read-write lock: Redisson's `RReadWriteLock` (protocol §5): two sides over one hash,
 //! the read side's shared holds (each with its own timeout key, renewed by the watchdog's
 //! reader batch) and the write side's exclusive hold under the field `<owner>:write`.
-//! [`ReadGuard`] and [`WriteGuard`] are thin newtypes over [`LockGuard`] so that the two
+//! [`ReadGuard`] and [`WriteGuard`] are [`LockGuard`]s of different types, so that the two
 //! sides cannot be mixed up.
 
 use std::fmt;
@@ -11,8 +11,10 @@ use std::time::Duration;
 
 use crate::engine::Engine;
 use crate::error::Result;
-use crate::guard::{Lease, LockGuard};
+use crate::guard::LockGuard;
 use crate::handle::Handle;
+use crate::kind::{sealed, HoldKind};
+use crate::lease::Lease;
 use crate::owner::LockOwner;
 
 /// A distributed read-write lock, shared with Java's `RReadWriteLock` of the same name:
@@ -114,7 +116,7 @@ impl ReadWriteLock {
         &self,
         owner: &LockOwner,
     ) -> impl Future<Output = Result<ReadGuard>> + Send + 'static {
-        self.read.lock(owner, ReadGuard)
+        self.read.lock(owner)
     }
 
     /// One attempt at a read hold for `owner`, without waiting. `Ok(None)` when another
@@ -129,7 +131,7 @@ impl ReadWriteLock {
         &self,
         owner: &LockOwner,
     ) -> impl Future<Output = Result<Option<ReadGuard>>> + Send + 'static {
-        self.read.try_lock(owner, ReadGuard)
+        self.read.try_lock(owner)
     }
 
     /// Takes a read hold for `owner`, waiting at most `wait`. `Ok(None)` when the wait ran
@@ -148,7 +150,7 @@ impl ReadWriteLock {
         owner: &LockOwner,
         wait: Duration,
     ) -> impl Future<Output = Result<Option<ReadGuard>>> + Send + 'static {
-        self.read.try_lock_for(owner, wait, ReadGuard)
+        self.read.try_lock_for(owner, wait)
     }
 
     /// Takes the write hold for `owner`, waiting as long as it takes.
@@ -177,7 +179,7 @@ impl ReadWriteLock {
         &self,
         owner: &LockOwner,
     ) -> impl Future<Output = Result<WriteGuard>> + Send + 'static {
-        self.write.lock(owner, WriteGuard)
+        self.write.lock(owner)
     }
 
     /// One attempt at the write hold for `owner`, without waiting. `Ok(None)` when another
@@ -194,7 +196,7 @@ impl ReadWriteLock {
         &self,
         owner: &LockOwner,
     ) -> impl Future<Output = Result<Option<WriteGuard>>> + Send + 'static {
-        self.write.try_lock(owner, WriteGuard)
+        self.write.try_lock(owner)
     }
 
     /// Takes the write hold for `owner`, waiting at most `wait`. `Ok(None)` when the wait
@@ -215,7 +217,7 @@ impl ReadWriteLock {
         owner: &LockOwner,
         wait: Duration,
     ) -> impl Future<Output = Result<Option<WriteGuard>>> + Send + 'static {
-        self.write.try_lock_for(owner, wait, WriteGuard)
+        self.write.try_lock_for(owner, wait)
     }
 
     /// Releases one read hold of `owner` without a guard, Java style: the counterpart of a
@@ -361,95 +363,48 @@ impl fmt::Debug for ReadWriteLock {
     }
 }
 
-macro_rules! side_guard {
-    ($(#[$doc:meta])* $guard:ident, $side:literal, $unlock:literal) => {
-        $(#[$doc])*
-        #[must_use = "dropping the guard releases the hold in the background"]
-        #[clippy::has_significant_drop]
-        pub struct $guard(LockGuard);
+/// One read hold of a [`ReadWriteLock`]. Release it with [`unlock`](LockGuard::unlock), or
+/// give it up with [`detach`](LockGuard::detach) and release it later with
+/// [`ReadWriteLock::unlock_read`].
+///
+/// Dropping the guard without `unlock` stops its renewal at once and releases the hold in
+/// the background; `unlock().await` is the way to release it now and learn of errors.
+pub type ReadGuard = LockGuard<ReadHold>;
 
-        impl $guard {
-            #[doc = concat!("Releases this ", $side, " hold.")]
-            ///
-            /// # Cancel safety
-            /// As [`LockGuard::unlock`].
-            ///
-            /// # Errors
-            /// As [`LockGuard::unlock`].
-            pub fn unlock(self) -> impl Future<Output = Result<()>> + Send + 'static {
-                self.0.unlock()
-            }
+/// One write hold of a [`ReadWriteLock`]. Release it with [`unlock`](LockGuard::unlock), or
+/// give it up with [`detach`](LockGuard::detach) and release it later with
+/// [`ReadWriteLock::unlock_write`].
+///
+/// Dropping the guard without `unlock` stops its renewal at once and releases the hold in
+/// the background; `unlock().await` is the way to release it now and learn of errors.
+pub type WriteGuard = LockGuard<WriteHold>;
 
-            /// Gives up the guard but keeps the hold (and its watchdog renewal); release it
-            #[doc = concat!("later with [`ReadWriteLock::", $unlock, "`], Java style.")]
-            pub fn detach(self) {
-                self.0.detach()
-            }
+/// A read hold: the `H` of a [`ReadGuard`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ReadHold;
 
-            /// The lock's name.
-            pub fn name(&self) -> &str {
-                self.0.name()
-            }
+/// A write hold: the `H` of a [`WriteGuard`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WriteHold;
 
-            /// The owner this hold belongs to.
-            pub fn owner(&self) -> &LockOwner {
-                self.0.owner()
-            }
+impl HoldKind for ReadHold {}
+impl HoldKind for WriteHold {}
 
-            /// As [`LockGuard::remaining_lease`].
-            ///
-            /// # Errors
-            /// As [`LockGuard::remaining_lease`].
-            pub async fn remaining_lease(&self) -> Result<Option<Duration>> {
-                self.0.remaining_lease().await
-            }
+impl sealed::HoldKind for ReadHold {
+    const GUARD: &'static str = "ReadGuard";
 
-            /// Completes when the hold is known to be lost: the watchdog found it gone, or
-            /// could not reach Redis before the lease ran out, or (for a fixed lease) the
-            /// lease ended. Meant for `tokio::select!` beside the work the lock protects.
-            ///
-            /// # Cancel safety
-            /// Cancel-safe; it only watches.
-            pub fn lease_lost(&self) -> impl Future<Output = ()> + Send + 'static {
-                self.0.lease_lost()
-            }
-
-            #[doc = concat!("Whether [`lease_lost`](", stringify!($guard), "::lease_lost) has completed.")]
-            pub fn is_lease_lost(&self) -> bool {
-                self.0.is_lease_lost()
-            }
-        }
-
-        impl fmt::Debug for $guard {
-            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.debug_struct(stringify!($guard))
-                    .field("name", &self.0.name())
-                    .field("owner", self.0.owner())
-                    .finish()
-            }
-        }
-    };
+    fn new(_token: Option<u64>) -> ReadHold {
+        ReadHold
+    }
 }
 
-side_guard!(
-    /// One read hold of a [`ReadWriteLock`]. Release it with [`unlock`](ReadGuard::unlock).
-    ///
-    /// Dropping the guard without `unlock` stops its renewal at once and releases the hold
-    /// in the background; `unlock().await` is the way to release it now and learn of errors.
-    ReadGuard,
-    "read",
-    "unlock_read"
-);
+impl sealed::HoldKind for WriteHold {
+    const GUARD: &'static str = "WriteGuard";
 
-side_guard!(
-    /// One write hold of a [`ReadWriteLock`]. Release it with [`unlock`](WriteGuard::unlock).
-    ///
-    /// Dropping the guard without `unlock` stops its renewal at once and releases the hold
-    /// in the background; `unlock().await` is the way to release it now and learn of errors.
-    WriteGuard,
-    "write",
-    "unlock_write"
-);
+    fn new(_token: Option<u64>) -> WriteHold {
+        WriteHold
+    }
+}
 
 mod protocol;
 use protocol::{Read, RwNames, Write};

@@ -5,7 +5,8 @@ use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;
 
-use redisson_lock::{Error, Lease, LockClient, LockOwner};
+use redisson_lock::kind::HoldKind;
+use redisson_lock::{Error, Lease, LockClient, LockGuard, LockOwner};
 use serde_json::json;
 
 use crate::show::print_json;
@@ -20,19 +21,30 @@ struct Held {
     unlock: Box<dyn FnOnce() -> Boxed<Result<(), Error>> + Send>,
 }
 
-macro_rules! held {
-    ($guard:expr, $token:expr) => {{
-        let guard = $guard;
+impl<H: HoldKind> From<LockGuard<H>> for Held {
+    fn from(guard: LockGuard<H>) -> Held {
         Held {
-            token: $token(&guard),
+            token: guard.fence_token(),
             lost: Box::pin(guard.lease_lost()),
             unlock: Box::new(move || Box::pin(guard.unlock())),
         }
-    }};
+    }
 }
 
-fn no_token<G>(_: &G) -> Option<u64> {
-    None
+/// Takes an exclusive lock of any kind, waiting as `wait` says.
+async fn exclusive<K: redisson_lock::kind::Kind>(
+    client: &LockClient,
+    owner: &LockOwner,
+    name: &str,
+    wait: Option<Duration>,
+    lease: Lease,
+) -> Result<Option<Held>, Error> {
+    let lock = client.exclusive_lock::<K>(name)?.with_lease(lease);
+    Ok(match wait {
+        None => Some(lock.lock(owner).await?),
+        Some(wait) => lock.try_lock_for(owner, wait).await?,
+    }
+    .map(Held::from))
 }
 
 /// Takes the lock as `kind` says, waiting as `wait` says (`None`: as long as it takes).
@@ -44,33 +56,23 @@ async fn take(
     wait: Option<Duration>,
     lease: Lease,
 ) -> Result<Option<Held>, Error> {
-    macro_rules! exclusive {
-        ($lock:expr, $token:expr) => {{
-            let lock = $lock.with_lease(lease);
-            Ok(match wait {
-                None => Some(lock.lock(owner).await?),
-                Some(wait) => lock.try_lock_for(owner, wait).await?,
-            }
-            .map(|guard| held!(guard, $token)))
-        }};
-    }
+    use redisson_lock::kind::{Fair, Fenced, NonReentrant, NonReentrantFair, Reentrant, Spin};
     match kind {
-        Kind::Lock => exclusive!(client.lock(name)?, no_token),
-        Kind::Fair => exclusive!(client.fair_lock(name)?, no_token),
-        Kind::Fenced => exclusive!(
-            client.fenced_lock(name)?,
-            |g: &redisson_lock::FencedGuard| Some(g.token())
-        ),
-        Kind::Spin => exclusive!(client.spin_lock(name)?, no_token),
-        Kind::NonReentrant => exclusive!(client.non_reentrant_lock(name)?, no_token),
-        Kind::NonReentrantFair => exclusive!(client.non_reentrant_fair_lock(name)?, no_token),
+        Kind::Lock => exclusive::<Reentrant>(client, owner, name, wait, lease).await,
+        Kind::Fair => exclusive::<Fair>(client, owner, name, wait, lease).await,
+        Kind::Fenced => exclusive::<Fenced>(client, owner, name, wait, lease).await,
+        Kind::Spin => exclusive::<Spin>(client, owner, name, wait, lease).await,
+        Kind::NonReentrant => exclusive::<NonReentrant>(client, owner, name, wait, lease).await,
+        Kind::NonReentrantFair => {
+            exclusive::<NonReentrantFair>(client, owner, name, wait, lease).await
+        }
         Kind::Read => {
             let lock = client.read_write_lock(name)?.with_lease(lease);
             Ok(match wait {
                 None => Some(lock.read(owner).await?),
                 Some(wait) => lock.try_read_for(owner, wait).await?,
             }
-            .map(|guard| held!(guard, no_token)))
+            .map(Held::from))
         }
         Kind::Write => {
             let lock = client.read_write_lock(name)?.with_lease(lease);
@@ -78,7 +80,7 @@ async fn take(
                 None => Some(lock.write(owner).await?),
                 Some(wait) => lock.try_write_for(owner, wait).await?,
             }
-            .map(|guard| held!(guard, no_token)))
+            .map(Held::from))
         }
     }
 }
