@@ -7,6 +7,7 @@ use std::sync::Arc;
 use fred::clients::Client;
 use uuid::Uuid;
 
+use crate::count_down_latch::CountDownLatch;
 use crate::engine::Engine;
 #[cfg(doc)]
 use crate::error::Error;
@@ -98,6 +99,20 @@ impl LockClient {
     /// Do not give a lock, a latch or a permit-expirable semaphore the same name.
     pub fn semaphore(&self, name: &str) -> Result<Semaphore> {
         Semaphore::new(self.engine.clone(), name)
+    }
+
+    /// A handle on the count-down latch `name` (Redisson's `getCountDownLatch(name)`). No
+    /// I/O.
+    ///
+    /// Its count is the key `name` (after the client's name prefix), shared with Java's
+    /// `RCountDownLatch`; see [`CountDownLatch`]. Do not give a lock or a semaphore the
+    /// same name.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for an empty name, and on a cluster for a name with a `}`
+    /// (its channel would fall in another slot than its key: see [`CountDownLatch`]).
+    pub fn count_down_latch(&self, name: &str) -> Result<CountDownLatch> {
+        CountDownLatch::new(self.engine.clone(), name)
     }
 
     /// A handle on the fair lock `name` (Redisson's `getFairLock(name)`). No I/O.

@@ -572,10 +572,12 @@ impl SpinLock {
 }
 
 // After the macros above, which they use.
+mod count_down_latch;
 mod multi_lock;
 mod rw_lock;
 mod semaphore;
 
+pub use count_down_latch::CountDownLatch;
 pub use multi_lock::MultiLock;
 pub use rw_lock::ReadWriteLock;
 pub use semaphore::{Semaphore, SemaphorePermits};
