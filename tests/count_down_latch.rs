@@ -410,6 +410,62 @@ async fn on_one_server_a_braced_name_works() {
     assert!(latch.wait_for(Duration::ZERO).await.unwrap());
 }
 
+/// The least-privilege user of `docs/operations.md`, for latches named `orders:…`: the count
+/// and the channel (as a key and as a channel), every command but the `@dangerous` ones, and
+/// `INFO` for the replica check. Without the channel, a count-down is refused with nothing
+/// written.
+#[tokio::test]
+async fn least_privilege_user_uses_a_latch() {
+    let server = RedisServer::start();
+    let user = |name: &str, channel: bool| {
+        let mut acl = vec![
+            "ACL",
+            "SETUSER",
+            name,
+            "on",
+            ">pw",
+            "~orders:*",
+            "resetchannels",
+        ];
+        if channel {
+            acl.push("~redisson_countdownlatch__channel__{orders:*");
+            acl.push("&redisson_countdownlatch__channel__{orders:*");
+        }
+        acl.extend(["+@all", "-@dangerous", "+info"]);
+        assert_eq!(server.command(&acl), "OK");
+    };
+    user("latch", true);
+    user("nochannel", false);
+    let as_user = |name: &str| format!("redis://{name}:pw@127.0.0.1:{}", server.port());
+    let (opener, waiters) = (
+        client_with(&server, |b| b.url(&as_user("latch"))).await,
+        client_with(&server, |b| b.url(&as_user("latch"))).await,
+    );
+    let name = "orders:latch";
+    let latch = opener.count_down_latch(name).unwrap();
+    assert!(latch.try_set_count(1).await.unwrap());
+    let waiter = waiters.count_down_latch(name).unwrap();
+    let waiting = tokio::spawn(async move { waiter.wait_for(Duration::from_secs(60)).await });
+    subscribed(&server, &channel(name)).await;
+    latch.count_down().await.unwrap();
+    assert!(within(WAKE, "a waiter woken", waiting)
+        .await
+        .unwrap()
+        .unwrap());
+
+    let refused = client_with(&server, |b| b.url(&as_user("nochannel"))).await;
+    server.command(&["SET", name, "1"]);
+    let error = refused
+        .count_down_latch(name)
+        .unwrap()
+        .count_down()
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(error.contains("NOPERM"), "{error}");
+    assert_eq!(server.command(&["GET", name]), "1", "nothing written");
+}
+
 #[test]
 fn handles_and_futures_are_send_and_static() {
     fn send_sync_static<T: Send + Sync + 'static>() {}
