@@ -214,6 +214,23 @@ impl LockClient {
         inspect::find_locks(&self.engine, pattern, max_keys).await
     }
 
+    /// The counters (semaphores and count-down latches: strings holding a whole number; see
+    /// [`HoldMode::Counter`](crate::inspect::HoldMode::Counter)) whose name (without the
+    /// name prefix) matches the glob `pattern`, found by `SCAN` and each read by
+    /// [`inspect`](LockClient::inspect). The strings that locks' own names make (fencing
+    /// tokens, unlock latches, read holds' timeout keys, ...) are left out; any other string
+    /// holding a whole number is listed, as the data cannot tell it from a semaphore or a
+    /// latch. The scan stops after about `max_keys` keys (per node, on a cluster); the
+    /// answer then says it is incomplete. Costs one script per string found.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] on a cluster for a key whose name no lock can have (see
+    /// [`lock`](LockClient::lock)); [`Error::Redis`] when Redis cannot be reached;
+    /// [`Error::Closed`] after shutdown.
+    pub async fn find_counters(&self, pattern: &str, max_keys: u64) -> Result<FoundLocks> {
+        inspect::find_counters(&self.engine, pattern, max_keys).await
+    }
+
     /// The clients of this crate connected now, by client id, each with its address: every
     /// connection named `redisson-lock:<client uuid>`. A client names each connection it opens
     /// (to every master on a cluster, and again after a reconnect); on a cluster every master

@@ -209,6 +209,11 @@ impl LockClient {
         /// # Errors
         /// As [`LockClient::find_locks`](crate::LockClient::find_locks).
         fn find_locks(&self, pattern: &str, max_keys: u64) -> Result<FoundLocks>;
+        /// As [`LockClient::find_counters`](crate::LockClient::find_counters).
+        ///
+        /// # Errors
+        /// As [`LockClient::find_counters`](crate::LockClient::find_counters).
+        fn find_counters(&self, pattern: &str, max_keys: u64) -> Result<FoundLocks>;
         /// As [`LockClient::connected_lock_clients`](crate::LockClient::connected_lock_clients).
         ///
         /// # Errors
