@@ -128,9 +128,8 @@ async fn a_hundred_waiters_of_another_client_wake_when_it_opens() {
         let waiter = waiters.count_down_latch(name).unwrap();
         tasks.push(tokio::spawn(async move { waiter.wait().await }));
     }
-    // The waiters have read the count (once or twice each: 100 reads at least) and found it
-    // above 0; a waiter still to read it would find it 0 later, and only those that wait
-    // can keep the test from ending in time.
+    // At least 100 reads of the count (a waiter reads it once or twice before it waits):
+    // most waiters wait on a message; any still to read it would find the latch open.
     reads_reach(&server, before + 100).await;
     subscribed(&server, &channel(name)).await;
 
