@@ -1,6 +1,6 @@
 -- Read everything Redis holds for one lock name, in one consistent snapshot, for operators
 -- (the `redisson-lock` CLI, `LockClient::inspect`). Writes nothing. Protocol §2.3 names the
--- keys; §3.1, §4.1, §5.1 and §7 their layouts.
+-- keys; §3.1, §4.1, §5.1, §7, §13.1 and §14.1 their layouts.
 --
 -- KEYS[1]  lock hash <raw>
 -- KEYS[2]  fair queue redisson_lock_queue:{<raw>}
@@ -18,6 +18,8 @@
 --   8 the deadlines' type   9 [owner field, deadline in epoch ms, ...], first ARGV[2]
 --   10 the token key's type   11 its value, or false
 --   12 [reader field, hold number, PTTL of its timeout key, ...] when the hash has a mode
+--   13 the lock key's value when it is a string of at most 32 bytes (a semaphore's or a
+--      latch's count), or false
 -- A key of an unexpected type is reported by its type and not read.
 local key, queue, deadlines, token = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local key_prefix, limit = ARGV[1], tonumber(ARGV[2])
@@ -78,4 +80,6 @@ if key_type == 'hash' and #fields > 0 and redis.call('hexists', key, 'mode') == 
     end
 end
 reply[12] = readers
+-- A count has at most 20 characters: a longer string is not read.
+reply[13] = key_type == 'string' and redis.call('strlen', key) <= 32 and redis.call('get', key) or false
 return reply

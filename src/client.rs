@@ -7,6 +7,7 @@ use std::sync::Arc;
 use fred::clients::Client;
 use uuid::Uuid;
 
+use crate::count_down_latch::CountDownLatch;
 use crate::engine::Engine;
 #[cfg(doc)]
 use crate::error::Error;
@@ -111,6 +112,20 @@ impl LockClient {
         Semaphore::new(self.engine.clone(), name)
     }
 
+    /// A handle on the count-down latch `name` (Redisson's `getCountDownLatch(name)`). No
+    /// I/O.
+    ///
+    /// Its count is the key `name` (after the client's name prefix), shared with Java's
+    /// `RCountDownLatch`; see [`CountDownLatch`]. Do not give a lock or a semaphore the
+    /// same name.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for an empty name, and on a cluster for a name with a `}`
+    /// (its channel would fall in another slot than its key: see [`CountDownLatch`]).
+    pub fn count_down_latch(&self, name: &str) -> Result<CountDownLatch> {
+        CountDownLatch::new(self.engine.clone(), name)
+    }
+
     /// A handle on the fair lock `name` (Redisson's `getFairLock(name)`). No I/O.
     ///
     /// Waiters get the lock in the order they asked for it, Java clients included; see
@@ -208,6 +223,23 @@ impl LockClient {
     /// [`Error::Redis`] when Redis cannot be reached; [`Error::Closed`] after shutdown.
     pub async fn find_locks(&self, pattern: &str, max_keys: u64) -> Result<FoundLocks> {
         inspect::find_locks(&self.engine, pattern, max_keys).await
+    }
+
+    /// The counters (semaphores and count-down latches: strings holding a whole number; see
+    /// [`HoldMode::Counter`](crate::inspect::HoldMode::Counter)) whose name (without the
+    /// name prefix) matches the glob `pattern`, found by `SCAN` and each read by
+    /// [`inspect`](LockClient::inspect). The strings that locks' own names make (fencing
+    /// tokens, unlock latches, read holds' timeout keys, ...) are left out; any other string
+    /// holding a whole number is listed, as the data cannot tell it from a semaphore or a
+    /// latch. The scan stops after about `max_keys` keys (per node, on a cluster); the
+    /// answer then says it is incomplete. Costs one script per string found.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] on a cluster for a key whose name no lock can have (see
+    /// [`lock`](LockClient::lock)); [`Error::Redis`] when Redis cannot be reached;
+    /// [`Error::Closed`] after shutdown.
+    pub async fn find_counters(&self, pattern: &str, max_keys: u64) -> Result<FoundLocks> {
+        inspect::find_counters(&self.engine, pattern, max_keys).await
     }
 
     /// The clients of this crate connected now, by client id, each with its address: every

@@ -148,6 +148,23 @@ pub(crate) fn semaphore_attempt(raw: &str, client: &str, attempt: u64) -> String
     )
 }
 
+/// `redisson_countdownlatch__channel__{raw}`: a count-down latch's channel (Redisson's
+/// `RCountDownLatch`, protocol §14.1). Not `prefixName`: the raw name is always braced.
+pub(crate) fn latch_channel(raw: &str) -> String {
+    joined(&["redisson_countdownlatch__channel__{", raw, "}"])
+}
+
+/// Why the latch `raw` (the prefixed name) and its channel would not share one cluster
+/// slot, if they would not. The channel's tag runs from its own `{` to the first `}` after
+/// it: the raw name whole when it has no `}`, which is how Redis hashes the key then (a key
+/// without `}` has no tag). A `}` cuts the channel's tag short of the key's hash.
+pub(crate) fn latch_split_slots(raw: &str) -> Option<&'static str> {
+    raw.contains('}').then_some(
+        "it has a `}`, and the latch's channel `redisson_countdownlatch__channel__{<name>}` \
+         (always braced, as Java names it) then hashes by a tag cut at that `}`",
+    )
+}
+
 /// The write side's hash field: `<owner field>:write`.
 pub(crate) fn write_field(owner_field: &str) -> String {
     joined(&[owner_field, ":write"])
@@ -206,6 +223,30 @@ mod tests {
             semaphore_attempt("jobs", U, 3),
             "redisson_sc_attempt:{jobs}:U:3"
         );
+    }
+
+    #[test]
+    fn latch_names() {
+        assert_eq!(
+            latch_channel("jobs"),
+            "redisson_countdownlatch__channel__{jobs}"
+        );
+        assert_eq!(
+            latch_channel("{user:7}:latch"),
+            "redisson_countdownlatch__channel__{{user:7}:latch}"
+        );
+        for split in ["{user:7}:latch", "a}b", "}", "{t}"] {
+            assert!(latch_split_slots(split).is_some(), "{split}");
+        }
+        for whole in ["jobs", "a{b", "app1:jobs"] {
+            assert_eq!(latch_split_slots(whole), None, "{whole}");
+        }
+        // Redis's own hashing agrees: the key and the channel share a slot exactly then.
+        for name in ["jobs", "a{b", "{user:7}:latch", "a}b", "}", "{t}"] {
+            let same = fred::util::redis_keyslot(name.as_bytes())
+                == fred::util::redis_keyslot(latch_channel(name).as_bytes());
+            assert_eq!(same, latch_split_slots(name).is_none(), "{name}");
+        }
     }
 
     #[test]

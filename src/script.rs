@@ -438,6 +438,9 @@ scripts! {
     SEMAPHORE_RELEASE => "semaphore_release" with "permit", "publish", "semaphore_count",
     SEMAPHORE_ADD => "semaphore_add" with "permit", "publish", "semaphore_count",
     SEMAPHORE_DRAIN => "semaphore_drain" with "permit", "semaphore_count",
+    LATCH_SET => "latch_set" with "permit", "publish", "latch_count",
+    LATCH_COUNT_DOWN => "latch_count_down" with "permit", "publish", "latch_count",
+    LATCH_DELETE => "latch_delete" with "permit", "publish",
 }
 
 #[cfg(test)]

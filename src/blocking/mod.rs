@@ -213,6 +213,11 @@ impl LockClient {
         /// # Errors
         /// As [`LockClient::find_locks`](crate::LockClient::find_locks).
         fn find_locks(&self, pattern: &str, max_keys: u64) -> Result<FoundLocks>;
+        /// As [`LockClient::find_counters`](crate::LockClient::find_counters).
+        ///
+        /// # Errors
+        /// As [`LockClient::find_counters`](crate::LockClient::find_counters).
+        fn find_counters(&self, pattern: &str, max_keys: u64) -> Result<FoundLocks>;
         /// As [`LockClient::connected_lock_clients`](crate::LockClient::connected_lock_clients).
         ///
         /// # Errors
@@ -273,12 +278,14 @@ where
 }
 
 // After the macros above, which they use.
+mod count_down_latch;
 mod exclusive;
 mod guard;
 mod multi_lock;
 mod rw_lock;
 mod semaphore;
 
+pub use count_down_latch::CountDownLatch;
 pub use exclusive::{
     ExclusiveLock, FairLock, FencedLock, Lock, NonReentrantFairLock, NonReentrantLock, SpinLock,
 };

@@ -60,6 +60,10 @@ enum Command {
         /// A glob on lock names (Redis MATCH syntax).
         #[arg(default_value = "*")]
         pattern: String,
+        /// Also list counters: strings holding a whole number, as semaphores and count-down
+        /// latches store their counts (one more script per string found).
+        #[arg(long)]
+        counters: bool,
         /// Stop each scan after about this many keys (per node on a cluster).
         #[arg(long, default_value_t = 100_000)]
         max_keys: u64,
@@ -236,8 +240,18 @@ async fn run(cli: &Cli, client: &LockClient) -> Outcome {
                 _ => Exit::Done,
             })
         }
-        Command::List { pattern, max_keys } => {
-            let found = client.find_locks(pattern, *max_keys).await?;
+        Command::List {
+            pattern,
+            counters,
+            max_keys,
+        } => {
+            let mut found = client.find_locks(pattern, *max_keys).await?;
+            if *counters {
+                let more = client.find_counters(pattern, *max_keys).await?;
+                found.locks.extend(more.locks);
+                found.locks.sort_by(|a, b| a.name.cmp(&b.name));
+                found.incomplete |= more.incomplete;
+            }
             let clients = clients(client).await;
             show::print_list(&found, &clients, cli.json);
             if found.incomplete {
@@ -290,6 +304,15 @@ async fn force_unlock(cli: &Cli, client: &LockClient, name: &str, yes: bool) -> 
             return Err(Failure(
                 Exit::NotALock,
                 format!("{name:?} is not a lock: {what}"),
+            ))
+        }
+        HoldMode::Counter => {
+            return Err(Failure(
+                Exit::NotALock,
+                format!(
+                    "{name:?} is not a lock: a counter (a semaphore's free permits or a \
+                     count-down latch's count); nothing to free"
+                ),
             ))
         }
         HoldMode::Free => {

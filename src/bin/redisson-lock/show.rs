@@ -34,6 +34,7 @@ fn mode_name(mode: &HoldMode) -> &'static str {
         HoldMode::Exclusive => "exclusive",
         HoldMode::Read => "read",
         HoldMode::Write => "write",
+        HoldMode::Counter => "counter",
         _ => "not_a_lock",
     }
 }
@@ -121,6 +122,7 @@ pub(crate) fn state_json(state: &LockState, clients: &Clients) -> Value {
         "queue": queue,
         "queue_len": state.queue_len,
         "fence_token": state.fence_token,
+        "counter": state.counter,
         "channels": channels,
     })
 }
@@ -195,6 +197,9 @@ fn state_text(state: &LockState) -> String {
         HoldMode::Read => "read-locked (read-write lock)".into(),
         HoldMode::Write => "write-locked (read-write lock)".into(),
         HoldMode::NotALock(why) => format!("not a lock: {why}"),
+        HoldMode::Counter => "a counter: a semaphore's free permits or a count-down latch's \
+            count (the data does not tell which; the listeners below tell whose waiters wait)"
+            .into(),
         _ => "unknown".into(),
     }
 }
@@ -238,16 +243,33 @@ pub(crate) fn print_state(state: &LockState, clients: &Clients, json: bool) {
     if let Some(token) = state.fence_token {
         println!("token     {token}  (a fenced lock was taken under this name)");
     }
+    if let Some(count) = state.counter {
+        println!("count     {count}");
+    }
     for channel in &state.channels {
         if channel.listeners > 0 {
             println!(
-                "listening {}  {} connection(s)",
-                channel.channel, channel.listeners
+                "listening {}  {} connection(s){}",
+                channel.channel,
+                channel.listeners,
+                channel_role(&channel.channel)
             );
         }
     }
     if state.channels.iter().all(|c| c.listeners == 0) {
         println!("listening nobody is subscribed to the lock's channels");
+    }
+}
+
+/// Whose waiters listen on `channel`, for the channels of a counter: Java's and this crate's
+/// semaphore and latch waiters subscribe while they wait (so may a subscription just ending).
+fn channel_role(channel: &str) -> &'static str {
+    if channel.starts_with("redisson_sc:") {
+        "  (a semaphore's waiters)"
+    } else if channel.starts_with("redisson_countdownlatch__channel__") {
+        "  (a count-down latch's waiters)"
+    } else {
+        ""
     }
 }
 
@@ -259,6 +281,14 @@ pub(crate) fn print_list(found: &FoundLocks, clients: &Clients, json: bool) {
     }
     for state in &found.locks {
         let ttl = state.ttl.map_or("-".into(), human_duration);
+        if let Some(count) = state.counter {
+            let listeners: u64 = state.channels.iter().map(|c| c.listeners).sum();
+            println!(
+                "{}\tcounter\tcount={count}\tlisteners={listeners}\tttl={ttl}",
+                state.name
+            );
+            continue;
+        }
         let holders = state.holders.len();
         println!(
             "{}\t{}\tholders={holders}\tqueued={}\tttl={ttl}",

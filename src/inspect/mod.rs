@@ -1,13 +1,12 @@
 //! Looking at locks from outside, as an operator does: what Redis holds for one name (read
-//! in one script, `lua/inspect.lua`), which names hold locks (SCAN, bounded), who listens on
-//! the lock's channels, and which clients of this crate are connected. Nothing here writes.
+//! in one script, `lua/inspect.lua`), which names hold locks or counters (SCAN, bounded), who
+//! listens on the lock's channels, and which clients of this crate are connected. Nothing
+//! here writes.
 
 use std::collections::HashMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use fred::clients::Client;
 use fred::interfaces::ClientLike;
-use fred::types::config::Server;
 use fred::types::{ClusterHash, CustomCommand, Value};
 use uuid::Uuid;
 
@@ -18,6 +17,10 @@ use crate::keys::{self, LockKeys, MODE_FIELD, WRITE_MODE};
 use crate::owner::LockOwner;
 use crate::script::{Call, INSPECT};
 
+mod find;
+
+pub(crate) use find::{find_counters, find_locks};
+
 /// The most hash fields, queue entries and reader timeout keys one inspection reads.
 const READ_LIMIT: i64 = 1000;
 
@@ -26,7 +29,9 @@ const READ_LIMIT: i64 = 1000;
 /// Made by [`LockClient::inspect`](crate::LockClient::inspect). The kind of lock is told
 /// only as far as the data shows it: a plain, fenced, spin or non-reentrant hold look alike
 /// (one hash field per owner); a read-write lock has its `mode` field; a fair lock shows
-/// only while someone queues; a fencing token stays after every fenced acquisition.
+/// only while someone queues; a fencing token stays after every fenced acquisition. A
+/// semaphore and a count-down latch look alike too: a string holding a whole number
+/// ([`HoldMode::Counter`]); only the listeners on each kind's channel tell whose waiters wait.
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct LockState {
@@ -49,8 +54,13 @@ pub struct LockState {
     /// The fencing token counter, when a fenced lock was ever taken under this name.
     pub fence_token: Option<u64>,
     /// The lock's pub/sub channels and how many connections listen on each: the unlock
-    /// channel, the read-write channel, and every queued waiter's own channel.
+    /// channel, the read-write channel, and every queued waiter's own channel; for a
+    /// [`HoldMode::Counter`], the semaphore's channel (`redisson_sc:{name}`) and the
+    /// count-down latch's (`redisson_countdownlatch__channel__{name}`) too.
     pub channels: Vec<ChannelListeners>,
+    /// The count of a [`HoldMode::Counter`]: a semaphore's free permits or a count-down
+    /// latch's count.
+    pub counter: Option<i64>,
 }
 
 /// How a lock is held.
@@ -67,6 +77,10 @@ pub enum HoldMode {
     Write,
     /// The key exists but is not a lock: the reason says what it is.
     NotALock(String),
+    /// The key is a string holding a whole number ([`LockState::counter`]), as a semaphore
+    /// (its free permits) and a count-down latch (its count) store it. Which of the two, or
+    /// some other counter, the data does not tell.
+    Counter,
 }
 
 /// The side of a hold.
@@ -157,6 +171,10 @@ pub(crate) async fn inspect(engine: &Engine, name: &str) -> Result<LockState> {
             .iter()
             .map(|w| keys.fair_waiter_channel(&w.field)),
     );
+    if state.mode == HoldMode::Counter {
+        channels.push(keys::semaphore_channel(&keys.raw));
+        channels.push(keys::latch_channel(&keys.raw));
+    }
     state.channels = listeners(engine, channels).await?;
     Ok(state)
 }
@@ -200,8 +218,18 @@ fn ttl(pttl: i64) -> Option<Duration> {
 /// Turns the script's reply into a state (without the channels).
 fn read(name: &str, keys: &LockKeys, reply: Value) -> Result<LockState> {
     let items = array(reply);
-    let [key_type, pttl, count, fields, queue_type, queue_len, queue, deadlines_type, deadlines, token_type, token, readers] =
-        <[Value; 12]>::try_from(items).map_err(|items| unexpected(format!("{items:?}")))?;
+    let [key_type, pttl, count, fields, queue_type, queue_len, queue, deadlines_type, deadlines, token_type, token, readers, value] =
+        <[Value; 13]>::try_from(items).map_err(|items| unexpected(format!("{items:?}")))?;
+    // A decimal integer, as Java's semaphores and latches write their counts.
+    let counter = value
+        .as_string()
+        .filter(|v| {
+            v.strip_prefix('-')
+                .unwrap_or(v)
+                .bytes()
+                .all(|b| b.is_ascii_digit())
+        })
+        .and_then(|v| v.parse::<i64>().ok());
     let key_type = text(&key_type);
     let count = count.as_i64().unwrap_or(0);
     let fields: Vec<(String, String)> = array(fields)
@@ -245,6 +273,7 @@ fn read(name: &str, keys: &LockKeys, reply: Value) -> Result<LockState> {
                 (None, None) => HoldMode::NotALock("fields that are not lock owners".into()),
             }
         }
+        "string" if counter.is_some() => HoldMode::Counter,
         other => HoldMode::NotALock(format!("a {other}")),
     };
     if matches!(mode, HoldMode::NotALock(_)) {
@@ -306,17 +335,14 @@ fn read(name: &str, keys: &LockKeys, reply: Value) -> Result<LockState> {
         queue_len: queue_len.as_u64().unwrap_or(0),
         fence_token,
         channels: Vec::new(),
+        counter: counter.filter(|_| key_type == "string"),
     })
 }
 
-/// How many connections listen on each channel (they all share the lock's slot), by classic
-/// and, where this client uses it, sharded pub/sub.
+/// How many connections listen on each channel, by classic and, where this client uses it,
+/// sharded pub/sub (asked of the master of each channel's slot: a latch's channel may be in
+/// another slot than the lock's).
 async fn listeners(engine: &Engine, channels: Vec<String>) -> Result<Vec<ChannelListeners>> {
-    let slot = ClusterHash::Custom(fred::util::redis_keyslot(channels[0].as_bytes()));
-    let mut kinds = vec![("NUMSUB", ClusterHash::Random)];
-    if engine.pubsub().flavour().sharded {
-        kinds.push(("SHARDNUMSUB", slot));
-    }
     let mut counts: Vec<ChannelListeners> = channels
         .iter()
         .map(|channel| ChannelListeners {
@@ -324,143 +350,31 @@ async fn listeners(engine: &Engine, channels: Vec<String>) -> Result<Vec<Channel
             listeners: 0,
         })
         .collect();
-    for (command, route) in kinds {
+    let all: Vec<usize> = (0..channels.len()).collect();
+    let mut asks = vec![("NUMSUB", ClusterHash::Random, all)];
+    if engine.pubsub().flavour().sharded {
+        let mut slots: Vec<(u16, Vec<usize>)> = Vec::new();
+        for (i, channel) in channels.iter().enumerate() {
+            let slot = fred::util::redis_keyslot(channel.as_bytes());
+            match slots.iter_mut().find(|(s, _)| *s == slot) {
+                Some((_, these)) => these.push(i),
+                None => slots.push((slot, vec![i])),
+            }
+        }
+        for (slot, these) in slots {
+            asks.push(("SHARDNUMSUB", ClusterHash::Custom(slot), these));
+        }
+    }
+    for (command, route, these) in asks {
         let mut args = vec![Value::from(command)];
-        args.extend(channels.iter().map(|c| Value::from(c.as_str())));
+        args.extend(these.iter().map(|&i| Value::from(channels[i].as_str())));
         let pubsub = CustomCommand::new_static("PUBSUB", route, false);
         let reply: Value = engine.redis().custom(pubsub, args).await?;
-        for (count, pair) in counts.iter_mut().zip(array(reply).chunks(2)) {
-            count.listeners += pair.get(1).and_then(Value::as_u64).unwrap_or(0);
+        for (&i, pair) in these.iter().zip(array(reply).chunks(2)) {
+            counts[i].listeners += pair.get(1).and_then(Value::as_u64).unwrap_or(0);
         }
     }
     Ok(counts)
-}
-
-/// Escapes the glob characters of SCAN's MATCH in `text`.
-fn glob_escape(text: &str) -> String {
-    let mut escaped = String::with_capacity(text.len());
-    for c in text.chars() {
-        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
-            escaped.push('\\');
-        }
-        escaped.push(c);
-    }
-    escaped
-}
-
-/// Finds the names of locks held or queued for, whose name matches the glob `pattern`: a
-/// SCAN of hashes for the held ones (each then checked to have a lock's fields), and of
-/// fair queues (`redisson_lock_queue:{<name>}`) for names that only have waiters. Stops
-/// after looking at about `max_keys` keys per scan (on a cluster, per node).
-pub(crate) async fn find_locks(
-    engine: &Engine,
-    pattern: &str,
-    max_keys: u64,
-) -> Result<FoundLocks> {
-    let prefix = &engine.settings().name_prefix;
-    let held = format!("{}{pattern}", glob_escape(prefix));
-    let queued = keys::prefix_name("redisson_lock_queue", &held);
-    let mut found = FoundLocks::default();
-    let mut names = Vec::new();
-    for (matching, kind) in [(held.as_str(), "hash"), (queued.as_str(), "list")] {
-        let (keys, complete) = scan(engine.redis(), matching, kind, max_keys).await?;
-        found.incomplete |= !complete;
-        for key in keys {
-            let raw = if kind == "list" {
-                let Some(raw) = queue_lock_name(&key) else {
-                    continue;
-                };
-                raw
-            } else {
-                key
-            };
-            if let Some(name) = raw.strip_prefix(prefix.as_str()) {
-                names.push(name.to_owned());
-            }
-        }
-    }
-    names.sort();
-    names.dedup();
-    // A hash is listed only when its fields are a lock's.
-    for name in names {
-        let state = inspect(engine, &name).await?;
-        let held = !matches!(state.mode, HoldMode::Free | HoldMode::NotALock(_));
-        if held || (state.mode == HoldMode::Free && state.queue_len > 0) {
-            found.locks.push(state);
-        }
-    }
-    Ok(found)
-}
-
-/// The raw lock name of a fair queue key `redisson_lock_queue:{<raw>}` (a raw name without
-/// a `{`; one with a `{` has the queue key `redisson_lock_queue:<raw>`).
-fn queue_lock_name(key: &str) -> Option<String> {
-    let rest = key.strip_prefix("redisson_lock_queue:")?;
-    match rest.strip_prefix('{').and_then(|r| r.strip_suffix('}')) {
-        Some(inner) if !inner.contains('{') => Some(inner.to_owned()),
-        _ => Some(rest.to_owned()),
-    }
-}
-
-/// SCANs every node for keys of type `kind` matching `pattern`, about `max_keys` keys per
-/// node at most; `true` when every node was covered.
-async fn scan(
-    redis: &Client,
-    pattern: &str,
-    kind: &str,
-    max_keys: u64,
-) -> Result<(Vec<String>, bool)> {
-    const PAGE: u64 = 1000;
-    // One pass per cluster primary, or one on the server.
-    let nodes: Vec<Option<Server>> = if redis.is_clustered() {
-        redis.active_connections().into_iter().map(Some).collect()
-    } else {
-        vec![None]
-    };
-    let mut found = Vec::new();
-    let mut complete = true;
-    for node in nodes {
-        let mut cursor = String::from("0");
-        let mut looked = 0;
-        loop {
-            let args: Vec<Value> = vec![
-                cursor.as_str().into(),
-                "MATCH".into(),
-                pattern.into(),
-                "COUNT".into(),
-                (PAGE as i64).into(),
-                "TYPE".into(),
-                kind.into(),
-            ];
-            let command = CustomCommand::new_static("SCAN", ClusterHash::Random, false);
-            let reply: Value = match &node {
-                Some(node) => {
-                    redis
-                        .with_cluster_node(node.clone())
-                        .custom(command, args)
-                        .await?
-                }
-                None => redis.custom(command, args).await?,
-            };
-            let [next, keys] = <[Value; 2]>::try_from(array(reply)).map_err(|reply| {
-                Error::Redis(fred::error::Error::new(
-                    fred::error::ErrorKind::Protocol,
-                    format!("unexpected SCAN reply {reply:?}"),
-                ))
-            })?;
-            found.extend(array(keys).iter().map(text));
-            cursor = text(&next);
-            looked += PAGE;
-            if cursor == "0" {
-                break;
-            }
-            if looked >= max_keys {
-                complete = false;
-                break;
-            }
-        }
-    }
-    Ok((found, complete))
 }
 
 /// The clients of this crate connected now, by client id, with their address: every
@@ -504,25 +418,6 @@ async fn client_list(redis: &impl ClientLike) -> Result<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn reads_queue_keys_back_into_names() {
-        assert_eq!(
-            queue_lock_name("redisson_lock_queue:{orders}").as_deref(),
-            Some("orders")
-        );
-        assert_eq!(
-            queue_lock_name("redisson_lock_queue:{user:7}:cart").as_deref(),
-            Some("{user:7}:cart")
-        );
-        assert_eq!(queue_lock_name("other:{x}"), None);
-    }
-
-    #[test]
-    fn escapes_glob_characters() {
-        assert_eq!(glob_escape(r"a*b?[c]\d"), r"a\*b\?\[c\]\\d");
-        assert_eq!(glob_escape("app1:"), "app1:");
-    }
 
     #[test]
     fn parses_owner_fields() {
