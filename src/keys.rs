@@ -148,6 +148,13 @@ pub(crate) fn semaphore_attempt(raw: &str, client: &str, attempt: u64) -> String
     )
 }
 
+/// `{raw}:timeout`: a permit-expirable semaphore's leases (Redisson's `suffixName`, protocol
+/// §14.1), in the counter's slot.
+pub(crate) fn expirable_leases(raw: &str) -> String {
+    let (open, close) = braces(raw);
+    joined(&[open, raw, close, ":timeout"])
+}
+
 /// The write side's hash field: `<owner field>:write`.
 pub(crate) fn write_field(owner_field: &str) -> String {
     joined(&[owner_field, ":write"])
@@ -206,6 +213,12 @@ mod tests {
             semaphore_attempt("jobs", U, 3),
             "redisson_sc_attempt:{jobs}:U:3"
         );
+    }
+
+    #[test]
+    fn expirable_semaphore_names() {
+        assert_eq!(expirable_leases("jobs"), "{jobs}:timeout");
+        assert_eq!(expirable_leases("{user:7}:sem"), "{user:7}:sem:timeout");
     }
 
     #[test]

@@ -438,6 +438,15 @@ scripts! {
     SEMAPHORE_RELEASE => "semaphore_release" with "permit", "publish", "semaphore_count",
     SEMAPHORE_ADD => "semaphore_add" with "permit", "publish", "semaphore_count",
     SEMAPHORE_DRAIN => "semaphore_drain" with "permit", "semaphore_count",
+    EXPIRABLE_ACQUIRE => "expirable_acquire" with "permit", "publish", "semaphore_count", "expirable_leases",
+    EXPIRABLE_UNDO => "expirable_undo" with "permit", "publish", "semaphore_count", "expirable_leases",
+    EXPIRABLE_RELEASE => "expirable_release" with "permit", "publish", "semaphore_count",
+    EXPIRABLE_RELEASE_MANY => "expirable_release_many" with "permit", "publish", "semaphore_count", "expirable_leases",
+    EXPIRABLE_COUNT => "expirable_count" with "permit", "publish", "semaphore_count", "expirable_leases",
+    EXPIRABLE_SET => "expirable_set" with "permit", "publish", "semaphore_count",
+    EXPIRABLE_ADD => "expirable_add" with "permit", "publish", "semaphore_count",
+    EXPIRABLE_LEASE => "expirable_lease" with "permit", "publish", "semaphore_count", "expirable_leases",
+    EXPIRABLE_DELETE => "expirable_delete" with "permit",
 }
 
 #[cfg(test)]

@@ -579,3 +579,5 @@ mod semaphore;
 pub use multi_lock::MultiLock;
 pub use rw_lock::ReadWriteLock;
 pub use semaphore::{Semaphore, SemaphorePermits};
+mod expirable_semaphore;
+pub use expirable_semaphore::{ExpirablePermits, PermitExpirableSemaphore};
