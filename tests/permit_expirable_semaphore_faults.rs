@@ -322,3 +322,98 @@ fn blocking_twin_shares_the_permits() {
     assert_eq!(counter(&server, name), "2");
     client.shutdown();
 }
+
+/// The least-privilege user of `docs/operations.md`, for names `orders:…`: the counter, its
+/// leases (`{orders:…}:timeout`), its channel and its undone acquisitions' records.
+#[tokio::test]
+async fn least_privilege_user_uses_it() {
+    let server = RedisServer::start();
+    let mut acl = vec![
+        "ACL",
+        "SETUSER",
+        "pes",
+        "on",
+        ">pw",
+        "~orders:*",
+        "~{orders:*",
+    ];
+    acl.extend(["~redisson_sc:{orders:*", "~redisson_sc_attempt:{orders:*"]);
+    acl.extend(["resetchannels", "&redisson_sc:{orders:*"]);
+    acl.extend(["+@all", "-@dangerous", "+info"]);
+    assert_eq!(server.command(&acl), "OK");
+    let url = format!("redis://pes:pw@127.0.0.1:{}", server.port());
+    let holder = client_with(&server, |b| b.url(&url)).await;
+    let other = client_with(&server, |b| b.url(&url)).await;
+    let name = "orders:pes";
+    let sem = holder.permit_expirable_semaphore(name).unwrap();
+    assert!(sem.try_set_permits(1).await.unwrap());
+    let id = sem.acquire(MINUTE).await.unwrap();
+    let waiter = other.permit_expirable_semaphore(name).unwrap();
+    let calls = evalsha_calls(&server);
+    let task = tokio::spawn(async move { waiter.acquire(Some(Duration::from_millis(200))).await });
+    waiting(&server, &format!("redisson_sc:{{{name}}}"), calls + 2).await;
+    sem.release(id).await.unwrap();
+    within(WAKE, "a waiter woken by a release", task)
+        .await
+        .unwrap()
+        .unwrap();
+    // Its lease ends; a count reaps it (and publishes).
+    let lowest = "return redis.call('zrange', KEYS[1], 0, 0, 'withscores')[2]";
+    let end = server.command(&["EVAL", lowest, "1", &leases(name)]);
+    let end: i64 = end.parse().unwrap();
+    eventually(Duration::from_secs(10), "the lease ended", || {
+        now_ms() > end
+    })
+    .await;
+    assert_eq!(sem.available_permits().await.unwrap(), 1);
+    sem.set_permits(3).await.unwrap();
+    sem.add_permits(1).await.unwrap();
+    assert_eq!(sem.permits().await.unwrap(), 4);
+    assert!(sem.delete().await.unwrap());
+}
+
+/// With the replica check on, an acquisition no replica confirms fails with `NotReplicated`
+/// and gives exactly its permits back on the master.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acquisition_no_replica_confirms_is_given_back() {
+    let master = RedisServer::start_with_args(&[
+        "--repl-diskless-sync",
+        "yes",
+        "--repl-diskless-sync-delay",
+        "0",
+    ]);
+    let replica = support::topology::start_replica_of(&master);
+    let c = deployment_client(&master.url(), |b| {
+        b.wait_for_replicas(Some(Duration::from_millis(300)))
+    })
+    .await;
+    let name = "pes-replica";
+    let sem = c.permit_expirable_semaphore(name).unwrap();
+    assert!(sem.try_set_permits(2).await.unwrap());
+    let kept = sem.acquire(None).await.unwrap();
+    let paused = replica.command_on_thread(&["DEBUG", "SLEEP", "4"]);
+    eventually(Duration::from_secs(5), "the replica paused", || {
+        let info = master.command(&["INFO", "replication"]);
+        let lag = info.lines().find_map(|l| l.split(",lag=").nth(1));
+        let lag = lag.and_then(|lag| lag.split(',').next()?.trim().parse::<u64>().ok());
+        lag.is_some_and(|lag| lag >= 2)
+    })
+    .await;
+    match sem.try_acquire(MINUTE).await {
+        Err(Error::NotReplicated { .. }) => {}
+        other => panic!("expected NotReplicated, got {other:?}"),
+    }
+    eventually(Duration::from_secs(10), "the permit given back", || {
+        counter(&master, name) == "1"
+    })
+    .await;
+    assert_eq!(
+        master.command(&["ZCARD", &leases(name)]),
+        "1",
+        "only the kept one"
+    );
+    tokio::task::spawn_blocking(move || paused.join().unwrap().unwrap())
+        .await
+        .unwrap();
+    sem.release(kept).await.unwrap();
+}

@@ -21,6 +21,9 @@ use super::{Inner, PermitId, NEVER};
 /// message before it looks again. Java waiters have no such fallback.
 pub(super) const RECHECK: Duration = Duration::from_secs(15);
 
+/// The least a waiter told of a lease that already ended waits before it looks again.
+const SOON: Duration = Duration::from_millis(10);
+
 /// How long the undoing of an unanswered attempt is tried, well within [`RECORD_KEPT`].
 const UNDO_FOR: Duration = Duration::from_secs(100);
 
@@ -109,8 +112,10 @@ fn read_acquire(reply: Value, now: i64) -> Result<Attempt<()>> {
         Some("OK") => return Ok(Attempt::Acquired(())),
         Some(text) => {
             if let Some(score) = text.strip_prefix(':').and_then(|s| s.parse::<f64>().ok()) {
-                // Wake when it ends (then the next attempt reaps it), by this clock.
-                let left = (score as i64).saturating_sub(now).clamp(0, millis(RECHECK));
+                // Wake when it ends (then the next attempt reaps it), by this clock; a
+                // lease that ended already (more expired than one attempt reaps) soon.
+                let left = (score as i64).saturating_sub(now);
+                let left = left.clamp(millis(SOON), millis(RECHECK));
                 let ttl = Duration::from_millis(left as u64);
                 return Ok(Attempt::Busy { ttl: Some(ttl) });
             }
@@ -197,7 +202,7 @@ mod tests {
             Ok(Attempt::Acquired(()))
         ));
         assert_eq!(ttl(Value::from(":1500")), Some(Duration::from_millis(500)));
-        assert_eq!(ttl(Value::from(":900")), Some(Duration::ZERO));
+        assert_eq!(ttl(Value::from(":900")), Some(SOON));
         assert_eq!(ttl(Value::from(":99999999")), Some(RECHECK));
         assert_eq!(ttl(Value::Null), Some(RECHECK));
         assert!(read_acquire(Value::from("x"), 0).is_err());
