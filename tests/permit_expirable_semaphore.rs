@@ -242,6 +242,19 @@ async fn expired_permits_return_to_the_pool() {
     assert_ne!(next, again);
     assert_eq!(members(&server, name).len(), 1);
     assert_eq!(counter(&server, name), "0");
+
+    // An acquire of n reaps at most n, as Java's; a count reaps them all.
+    sem.release(again).await.unwrap();
+    sem.add_permits(2).await.unwrap();
+    sem.acquire_many(3, Some(Duration::from_millis(300)))
+        .await
+        .unwrap();
+    leases_ended(&server, name).await;
+    assert!(sem.try_acquire(MINUTE).await.unwrap().is_some());
+    assert_eq!(counter(&server, name), "0");
+    assert_eq!(members(&server, name).len(), 3, "2 expired ones left");
+    assert_eq!(sem.available_permits().await.unwrap(), 2);
+    assert_eq!(sem.acquired_permits().await.unwrap(), 1);
 }
 
 /// A waiter wakes when the earliest lease ends (the attempt's `:<score>` reply), with no
@@ -271,6 +284,31 @@ async fn a_waiter_wakes_when_the_earliest_lease_ends() {
         "not the re-check"
     );
     assert_eq!(sem.acquired_permits().await.unwrap(), 2);
+}
+
+/// A wait that runs out gives `None`; a permit freed without a message (a plain INCRBY)
+/// is found by the waiter's re-check (every 15 s), where a Java waiter would wait it out.
+#[tokio::test]
+async fn a_silent_release_is_found_by_the_recheck() {
+    let name = "pes-silent";
+    let (server, _c, sem) = on_a_new_server(name).await;
+    assert!(sem.try_set_permits(1).await.unwrap());
+    sem.acquire(None).await.unwrap();
+    let short = Duration::from_millis(300);
+    assert_eq!(
+        sem.try_acquire_many_for(1, short, None).await.unwrap(),
+        None
+    );
+    let calls = evalsha_calls(&server);
+    let task = tokio::spawn({
+        let sem = sem.clone();
+        async move { sem.try_acquire_for(Duration::from_secs(120), None).await }
+    });
+    waiting(&server, &channel(name), calls + 1).await;
+    assert_eq!(server.command(&["INCRBY", name, "1"]), "1");
+    let taken = within(Duration::from_secs(30), "the re-check", task).await;
+    assert!(taken.unwrap().unwrap().is_some());
+    assert_eq!(counter(&server, name), "0");
 }
 
 /// A waiter of another client wakes on a release, and on Java's (INCRBY and a count).
