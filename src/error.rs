@@ -102,7 +102,7 @@ pub enum Error {
     /// there, was released already, or its lease ran out. Redisson reports the same case as
     /// `IllegalArgumentException`.
     #[error("permit-expirable semaphore {name:?}: permit {id} {}", if *.expired {
-        "was not held any more: its lease had run out (it went back to the pool now)"
+        "was not held any more: its lease had run out before this release (the permit went back to the pool all the same)"
     } else {
         "is not held: never taken there, released already, or its lease ran out and it went back to the pool"
     })]
