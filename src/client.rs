@@ -126,6 +126,21 @@ impl LockClient {
         CountDownLatch::new(self.engine.clone(), name)
     }
 
+    /// A handle on the permit-expirable semaphore `name` (Redisson's
+    /// `getPermitExpirableSemaphore(name)`). No I/O.
+    ///
+    /// Its counter is the key `name` (after the client's name prefix) and its leases the
+    /// sorted set `{name}:timeout`, shared with Java's `RPermitExpirableSemaphore`; see
+    /// [`PermitExpirableSemaphore`](crate::PermitExpirableSemaphore). Names are checked as
+    /// for [`lock`](LockClient::lock). Do not give a lock, a latch or a
+    /// [`semaphore`](LockClient::semaphore) the same name.
+    pub fn permit_expirable_semaphore(
+        &self,
+        name: &str,
+    ) -> Result<crate::PermitExpirableSemaphore> {
+        crate::PermitExpirableSemaphore::new(self.engine.clone(), name)
+    }
+
     /// A handle on the fair lock `name` (Redisson's `getFairLock(name)`). No I/O.
     ///
     /// Waiters get the lock in the order they asked for it, Java clients included; see

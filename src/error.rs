@@ -97,6 +97,23 @@ pub enum Error {
     /// The [`LockClient`](crate::LockClient) was shut down.
     #[error("the lock client was shut down")]
     Closed,
+
+    /// A permit-expirable semaphore does not hold the permit named: it was never taken
+    /// there, was released already, or its lease ran out. Redisson reports the same case as
+    /// `IllegalArgumentException`.
+    #[error("permit-expirable semaphore {name:?}: permit {id} {}", if *.expired {
+        "was not held any more: its lease had run out before this release (the permit went back to the pool all the same)"
+    } else {
+        "is not held: never taken there, released already, or its lease ran out and it went back to the pool"
+    })]
+    PermitNotHeld {
+        /// The semaphore's name as the caller gave it.
+        name: String,
+        /// The permit's id, in hex.
+        id: String,
+        /// Its lease had run out, but no one had returned it to the pool yet: it was now.
+        expired: bool,
+    },
 }
 
 /// A driver error in words: what failed and why, never a debug dump.

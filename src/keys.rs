@@ -165,6 +165,13 @@ pub(crate) fn latch_split_slots(raw: &str) -> Option<&'static str> {
     )
 }
 
+/// `{raw}:timeout`: a permit-expirable semaphore's leases (Redisson's `suffixName`, protocol
+/// §15.1), in the counter's slot.
+pub(crate) fn expirable_leases(raw: &str) -> String {
+    let (open, close) = braces(raw);
+    joined(&[open, raw, close, ":timeout"])
+}
+
 /// The write side's hash field: `<owner field>:write`.
 pub(crate) fn write_field(owner_field: &str) -> String {
     joined(&[owner_field, ":write"])
@@ -247,6 +254,12 @@ mod tests {
                 == fred::util::redis_keyslot(latch_channel(name).as_bytes());
             assert_eq!(same, latch_split_slots(name).is_none(), "{name}");
         }
+    }
+
+    #[test]
+    fn expirable_semaphore_names() {
+        assert_eq!(expirable_leases("jobs"), "{jobs}:timeout");
+        assert_eq!(expirable_leases("{user:7}:sem"), "{user:7}:sem:timeout");
     }
 
     #[test]

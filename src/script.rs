@@ -441,6 +441,15 @@ scripts! {
     LATCH_SET => "latch_set" with "permit", "publish", "latch_count",
     LATCH_COUNT_DOWN => "latch_count_down" with "permit", "publish", "latch_count",
     LATCH_DELETE => "latch_delete" with "permit", "publish",
+    EXPIRABLE_ACQUIRE => "expirable_acquire" with "permit", "publish", "semaphore_count", "expirable_leases",
+    EXPIRABLE_UNDO => "expirable_undo" with "permit", "publish", "semaphore_count", "expirable_leases",
+    EXPIRABLE_RELEASE => "expirable_release" with "permit", "publish", "semaphore_count",
+    EXPIRABLE_RELEASE_MANY => "expirable_release_many" with "permit", "publish", "semaphore_count", "expirable_leases",
+    EXPIRABLE_COUNT => "expirable_count" with "permit", "publish", "semaphore_count", "expirable_leases",
+    EXPIRABLE_SET => "expirable_set" with "permit", "publish", "semaphore_count",
+    EXPIRABLE_ADD => "expirable_add" with "permit", "publish", "semaphore_count",
+    EXPIRABLE_LEASE => "expirable_lease" with "permit", "publish", "semaphore_count", "expirable_leases",
+    EXPIRABLE_DELETE => "expirable_delete" with "permit",
 }
 
 #[cfg(test)]

@@ -293,3 +293,5 @@ pub use guard::{FencedGuard, LockGuard, MultiLockGuard, ReadGuard, WriteGuard};
 pub use multi_lock::MultiLock;
 pub use rw_lock::ReadWriteLock;
 pub use semaphore::{Semaphore, SemaphorePermits};
+mod expirable_semaphore;
+pub use expirable_semaphore::{ExpirablePermits, PermitExpirableSemaphore};
