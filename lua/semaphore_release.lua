@@ -5,8 +5,14 @@
 -- KEYS[2]  channel redisson_sc:{<raw>}
 -- ARGV[1]  permits to give back, 1 or more
 -- ARGV[2]  how to tell waiters: publish, spublish or both
+-- ARGV[3]  optional: '1' to give them back only to an existing counter (Redisson 4.0's
+--          releaseIfExists)
 --
--- Reply: the free permits after the release.
+-- Reply: the free permits after the release; nil when ARGV[3] is '1' and there is no
+-- counter (nothing changed, no one told).
+if ARGV[3] == '1' and redis.call('exists', KEYS[1]) == 0 then
+    return false
+end
 local needs = 'releasing permits'
 local count = permits_of(KEYS[1]) + tonumber(ARGV[1])
 within_range(KEYS[1], count)

@@ -5,13 +5,18 @@
 -- KEYS[2]  channel redisson_sc:{<raw>}
 -- ARGV[1]  permits, 0 or more, in decimal
 -- ARGV[2]  how to tell waiters: publish, spublish or both
+-- ARGV[3]  optional: the counter's TTL in ms, 1 or more (Redisson 3.29's trySetPermits(n, ttl))
 --
 -- Reply: 1 when the counter was set (and waiters told), 0 when it existed: nothing changed.
 if redis.call('exists', KEYS[1]) == 1 then
     return 0
 end
 local needs = 'setting the permits'
-permit(needs, 'set', KEYS[1], ARGV[1])
+local set = {KEYS[1], ARGV[1]}
+if ARGV[3] then
+    set = {KEYS[1], ARGV[1], 'px', ARGV[3]}
+end
+permit(needs, 'set', unpack(set))
 notify_before_writing(ARGV[2], KEYS[2], ARGV[1], needs)
-first_write(needs, 'set', KEYS[1], ARGV[1])
+first_write(needs, 'set', unpack(set))
 return 1

@@ -87,6 +87,11 @@ impl Semaphore {
         /// # Errors
         /// As [`Semaphore::try_set_permits`](crate::Semaphore::try_set_permits).
         fn try_set_permits(&self, permits: i64) -> Result<bool>;
+        /// As [`Semaphore::try_set_permits_with_ttl`](crate::Semaphore::try_set_permits_with_ttl).
+        ///
+        /// # Errors
+        /// As [`Semaphore::try_set_permits_with_ttl`](crate::Semaphore::try_set_permits_with_ttl).
+        fn try_set_permits_with_ttl(&self, permits: i64, ttl: Duration) -> Result<bool>;
         /// As [`Semaphore::acquire`](crate::Semaphore::acquire).
         ///
         /// # Errors
@@ -107,6 +112,11 @@ impl Semaphore {
         /// # Errors
         /// As [`Semaphore::release`](crate::Semaphore::release).
         fn release(&self, permits: i64) -> Result<()>;
+        /// As [`Semaphore::release_if_exists`](crate::Semaphore::release_if_exists).
+        ///
+        /// # Errors
+        /// As [`Semaphore::release_if_exists`](crate::Semaphore::release_if_exists).
+        fn release_if_exists(&self, permits: i64) -> Result<bool>;
         /// As [`Semaphore::available_permits`](crate::Semaphore::available_permits).
         ///
         /// # Errors

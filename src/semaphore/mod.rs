@@ -132,6 +132,35 @@ impl Semaphore {
         async move { this.try_set_permits_now(permits).await }
     }
 
+    /// As [`try_set_permits`](Self::try_set_permits), with a TTL on the counter when it is
+    /// set (Redisson's `trySetPermits(permits, ttl)`): the semaphore is gone `ttl` later,
+    /// permits taken or not (releases keep the TTL; `drain_permits` and `add_permits` drop
+    /// it, as Java's do).
+    ///
+    /// # Cancel safety
+    /// As [`try_set_permits`](Self::try_set_permits).
+    ///
+    /// # Errors
+    /// As [`try_set_permits`](Self::try_set_permits); [`Error::InvalidArgument`] also for a
+    /// TTL under one millisecond or over [`Lease::MAX_FIXED`](crate::Lease::MAX_FIXED).
+    pub fn try_set_permits_with_ttl(
+        &self,
+        permits: i64,
+        ttl: Duration,
+    ) -> impl Future<Output = Result<bool>> + Send + 'static {
+        let this = self.clone();
+        async move {
+            let ttl = crate::Lease::fixed(ttl).map_err(|_| {
+                Error::invalid(format!(
+                    "semaphore {:?}: a TTL must be between 1 ms and Lease::MAX_FIXED, not {ttl:?}",
+                    &*this.inner.name
+                ))
+            })?;
+            this.set_permits_if_missing(permits, ttl.fixed_duration())
+                .await
+        }
+    }
+
     /// Takes `permits` permits, waiting as long as it takes (Redisson's `acquire`). `0`
     /// returns at once without asking Redis. See [`acquire_guard`](Self::acquire_guard) for
     /// permits given back when dropped.
@@ -266,6 +295,38 @@ impl Semaphore {
         })
     }
 
+    /// As [`release`](Self::release), but only to a semaphore that exists (Redisson's
+    /// `releaseIfExists`): `false`, changing nothing and telling no one, when there is no
+    /// counter (never set, deleted, or its TTL ran out). `0` is `true` without asking Redis.
+    ///
+    /// # Cancel safety
+    /// As [`release`](Self::release).
+    ///
+    /// # Errors
+    /// As [`release`](Self::release).
+    pub fn release_if_exists(
+        &self,
+        permits: i64,
+    ) -> impl Future<Output = Result<bool>> + Send + 'static {
+        let checked = self.check("release", permits, 0);
+        let inner = self.inner.clone();
+        Finishing::new(|| async move {
+            checked?;
+            if permits == 0 {
+                return Ok(true);
+            }
+            let keys = [Value::String(inner.raw.clone()), inner.channel()];
+            let args = [Value::from(permits), inner.publish(), static_arg("1")];
+            match inner
+                .write(Call::of(&SEMAPHORE_RELEASE, keys, args))
+                .await?
+            {
+                Value::Null => Ok(false),
+                reply => int_reply(&SEMAPHORE_RELEASE, reply).map(|_| true),
+            }
+        })
+    }
+
     /// The free permits now (Redisson's `availablePermits`): 0 when the counter is missing;
     /// negative when more were taken away than there were.
     ///
@@ -313,10 +374,15 @@ impl Semaphore {
     }
 
     async fn try_set_permits_now(&self, permits: i64) -> Result<bool> {
+        self.set_permits_if_missing(permits, None).await
+    }
+
+    async fn set_permits_if_missing(&self, permits: i64, ttl: Option<Duration>) -> Result<bool> {
         self.check("set", permits, 0)?;
         let inner = &self.inner;
         let keys = [Value::String(inner.raw.clone()), inner.channel()];
-        let args = [Value::from(permits), inner.publish()];
+        let mut args = vec![Value::from(permits), inner.publish()];
+        args.extend(ttl.map(|ttl| Value::from(crate::time::millis(ttl))));
         let reply = inner.write(Call::of(&SEMAPHORE_SET, keys, args)).await?;
         Ok(int_reply(&SEMAPHORE_SET, reply)? == 1)
     }
