@@ -137,13 +137,14 @@ impl<T: Send + 'static, O: Orphan<T>> Drop for InFlight<T, O> {
         };
         let release = async move {
             if let Ok(Attempt::Acquired(hold)) = call.await {
-                tracing::debug!("acquired after the caller gave up; releasing");
+                tracing::debug!("acquired after the caller gave up; giving it back");
                 orphan(hold).await;
             }
         };
         spawn_or(release, || {
             tracing::warn!(
-                "acquire dropped outside a Tokio runtime; a hold it may take expires with its lease"
+                "acquire dropped outside a Tokio runtime; what it may take is not given back \
+                 (a lock's hold expires with its lease, a semaphore's permits stay taken)"
             )
         });
     }

@@ -17,8 +17,9 @@ use crate::engine::Engine;
 use crate::error::{map_redis_error, Error, Result};
 use crate::guard::Finishing;
 use crate::keys::{self, Str};
+use crate::pubsub::Messages;
 use crate::script::{static_arg, Call, Script, LATCH_COUNT_DOWN, LATCH_DELETE, LATCH_SET};
-use crate::wait::{self, Wait, Wake};
+use crate::wait::{self, Wait};
 use crate::waiters;
 
 /// How long a waiter that found the count above 0 waits for a message before it reads the
@@ -246,14 +247,9 @@ impl CountDownLatch {
 
     async fn wait_within(&self, wait: Wait) -> Result<bool> {
         let inner = &self.inner;
-        inner.engine.check_open()?;
-        let deadline = match wait {
-            Wait::Once => return Ok(matches!(inner.look().await?, Attempt::Acquired(()))),
-            Wait::Until(deadline, _) => Some(deadline),
-            Wait::Forever => None,
-        };
-        let wake = Wake::Messages(&inner.channel, latch_messages);
-        let opened = wait::acquire(&inner.engine, wake, deadline, || inner.look());
+        let what = (&*inner.name, "count_down_latch");
+        let wake = (&*inner.channel, latch_messages as Messages);
+        let opened = wait::synchronizer(&inner.engine, what, wake, wait, || inner.look());
         Ok(opened.await?.is_some())
     }
 }

@@ -6,6 +6,7 @@ use std::future::Future;
 use std::time::Duration;
 
 use tokio::time::Instant;
+use tracing::Instrument;
 
 use crate::attempt::Attempt;
 use crate::backoff::{Backoff, Delays, OUTAGE_BACKOFF, POLL_WITHOUT_MESSAGES};
@@ -111,6 +112,41 @@ where
     // The waiting state (subscription, timers, registrations) is kilobytes: boxed, so that
     // an acquisition that needs no wait neither carries nor moves it.
     Box::pin(wait(engine, wake, deadline, attempt, looked, ttl)).await
+}
+
+/// What a synchronizer (a semaphore, a latch) waits for: one `attempt` for [`Wait::Once`],
+/// else [`acquire`] woken by the messages of `channel`, read by `messages`, until the wait's
+/// deadline. Runs in an `acquire` span of `name` and `kind` and counts its outcome, as a
+/// lock's acquisition does (`kind` labels the metrics). `Ok(None)` when the wait ran out.
+pub(crate) async fn synchronizer<T, F, Fut>(
+    engine: &Engine,
+    (name, kind): (&str, &'static str),
+    (channel, messages): (&str, Messages),
+    wait: Wait,
+    mut attempt: F,
+) -> Result<Option<T>>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<Attempt<T>>>,
+{
+    let since = observe::Since::now();
+    let waited = async {
+        engine.check_open()?;
+        let deadline = match wait {
+            Wait::Once => {
+                return Ok(match attempt().await? {
+                    Attempt::Acquired(taken) => Some(taken),
+                    Attempt::Busy { .. } => None,
+                })
+            }
+            Wait::Until(deadline, _) => Some(deadline),
+            Wait::Forever => None,
+        };
+        acquire(engine, Wake::Messages(channel, messages), deadline, attempt).await
+    };
+    let outcome = waited.instrument(observe::acquire_span(name, kind)).await;
+    observe::acquired(kind, since, &outcome);
+    outcome
 }
 
 /// The rest of [`acquire`] after a first attempt, made after the pub/sub moment `looked`

@@ -165,6 +165,41 @@ async fn a_known_run_is_counted() {
     );
     assert_eq!(counter("redisson_lock_renewal_failures_total{}"), 0);
     assert_eq!(counter("redisson_lock_releases_resent_total{kind=lock}"), 0);
+
+    // The synchronizers' acquisitions (a latch's: its waits), each labelled by its kind.
+    let sem = client.semaphore("metrics:sem").unwrap();
+    sem.try_set_permits(1).await.unwrap();
+    assert!(sem.try_acquire(1).await.unwrap());
+    assert!(!sem.try_acquire(1).await.unwrap());
+    let expirable = client.permit_expirable_semaphore("metrics:pes").unwrap();
+    expirable.try_set_permits(1).await.unwrap();
+    let id = expirable.acquire(None).await.unwrap();
+    expirable.release(id).await.unwrap();
+    let latch = client.count_down_latch("metrics:latch").unwrap();
+    latch.try_set_count(1).await.unwrap();
+    assert!(!latch.wait_for(Duration::ZERO).await.unwrap());
+    latch.count_down().await.unwrap();
+    latch.wait().await.unwrap();
+    for (kind, acquired, busy) in [
+        ("semaphore", 1, 1),
+        ("permit_expirable_semaphore", 1, 0),
+        ("count_down_latch", 1, 1),
+    ] {
+        let outcome = |outcome| {
+            counter(&format!(
+                "redisson_lock_acquisitions_total{{kind={kind},outcome={outcome}}}"
+            ))
+        };
+        assert_eq!(
+            (outcome("acquired"), outcome("busy")),
+            (acquired, busy),
+            "{kind}"
+        );
+        let waits = samples(&format!(
+            "redisson_lock_wait_seconds{{kind={kind},outcome=acquired}}"
+        ));
+        assert_eq!(waits.len() as u64, acquired, "{kind}");
+    }
     client.shutdown().await;
 
     // A reconnect of the subscriber connection is counted, with the channels it took back.

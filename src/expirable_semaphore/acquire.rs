@@ -3,11 +3,11 @@
 use std::future::Future;
 use std::time::Duration;
 
-use crate::attempt::Attempt;
 use crate::error::Result;
+use crate::pubsub::Messages;
 use crate::semaphore::semaphore_messages;
 use crate::time::epoch_millis;
-use crate::wait::{self, Wait, Wake};
+use crate::wait::{self, Wait};
 
 use super::attempt::attempt;
 use super::{ExpirablePermits, PermitExpirableSemaphore, PermitId};
@@ -220,20 +220,10 @@ impl PermitExpirableSemaphore {
         // Checked here; each attempt counts its lease from its own start.
         self.lease_end(lease, epoch_millis())?;
         let inner = &self.inner;
-        inner.engine.check_open()?;
-        let deadline = match wait {
-            Wait::Once => {
-                return Ok(match attempt(inner, permits, lease).await? {
-                    Attempt::Acquired(ids) => Some(ids),
-                    Attempt::Busy { .. } => None,
-                })
-            }
-            Wait::Until(deadline, _) => Some(deadline),
-            Wait::Forever => None,
-        };
-        let wake = Wake::Messages(&inner.channel, semaphore_messages);
+        let what = (&*inner.name, "permit_expirable_semaphore");
+        let wake = (&*inner.channel, semaphore_messages as Messages);
         let attempt = || attempt(inner, permits, lease);
-        wait::acquire(&inner.engine, wake, deadline, attempt).await
+        wait::synchronizer(&inner.engine, what, wake, wait, attempt).await
     }
 }
 

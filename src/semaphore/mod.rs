@@ -15,14 +15,14 @@ use std::time::Duration;
 use fred::interfaces::KeysInterface;
 use fred::types::Value;
 
-use crate::attempt::Attempt;
 use crate::engine::Engine;
 use crate::error::{map_redis_error, Error, Result};
 use crate::guard::Finishing;
 use crate::keys::{self, Str};
+use crate::pubsub::Messages;
 use crate::script::{static_arg, Call, Script};
 use crate::script::{SEMAPHORE_ADD, SEMAPHORE_DRAIN, SEMAPHORE_RELEASE, SEMAPHORE_SET};
-use crate::wait::{self, Wait, Wake};
+use crate::wait::{self, Wait};
 use crate::waiters;
 
 mod attempt;
@@ -462,22 +462,13 @@ impl Semaphore {
     async fn acquire_within(&self, permits: i64, wait: Wait) -> Result<bool> {
         self.check("acquire", permits, 0)?;
         let inner = &self.inner;
-        inner.engine.check_open()?;
         if permits == 0 {
+            inner.engine.check_open()?;
             return Ok(true);
         }
-        let deadline = match wait {
-            Wait::Once => {
-                return Ok(matches!(
-                    attempt(inner, permits).await?,
-                    Attempt::Acquired(())
-                ))
-            }
-            Wait::Until(deadline, _) => Some(deadline),
-            Wait::Forever => None,
-        };
-        let wake = Wake::Messages(&inner.channel, semaphore_messages);
-        let taken = wait::acquire(&inner.engine, wake, deadline, || attempt(inner, permits));
+        let what = (&*inner.name, "semaphore");
+        let wake = (&*inner.channel, semaphore_messages as Messages);
+        let taken = wait::synchronizer(&inner.engine, what, wake, wait, || attempt(inner, permits));
         Ok(taken.await?.is_some())
     }
 }
