@@ -1,11 +1,12 @@
 -- Read everything Redis holds for one lock name, in one consistent snapshot, for operators
 -- (the `redisson-lock` CLI, `LockClient::inspect`). Writes nothing. Protocol §2.3 names the
--- keys; §3.1, §4.1, §5.1, §7, §13.1 and §14.1 their layouts.
+-- keys; §3.1, §4.1, §5.1, §7, §13.1, §14.1 and §15.1 their layouts.
 --
 -- KEYS[1]  lock hash <raw>
 -- KEYS[2]  fair queue redisson_lock_queue:{<raw>}
 -- KEYS[3]  fair deadlines redisson_lock_timeout:{<raw>}
 -- KEYS[4]  fencing token redisson_lock_token:{<raw>}
+-- KEYS[5]  permit-expirable semaphore's leases {<raw>}:timeout
 -- ARGV[1]  reader key prefix: {<raw>}, or <raw> when it has a '{'; reader <f>'s hold #i
 --          has the timeout key <key prefix>:<f>:rwlock_timeout:<i>
 -- ARGV[2]  the most fields, queue entries and reader timeout keys to return (each)
@@ -20,8 +21,10 @@
 --   12 [reader field, hold number, PTTL of its timeout key, ...] when the hash has a mode
 --   13 the lock key's value when it is a string of at most 32 bytes (a semaphore's or a
 --      latch's count), or false
+--   14 the leases' type   15 their number   16 [permit id, expiry in epoch ms, ...], the
+--      first ARGV[2] by expiry
 -- A key of an unexpected type is reported by its type and not read.
-local key, queue, deadlines, token = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local key, queue, deadlines, token, leases = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local key_prefix, limit = ARGV[1], tonumber(ARGV[2])
 
 local function kind(name)
@@ -82,4 +85,13 @@ end
 reply[12] = readers
 -- A count has at most 20 characters: a longer string is not read.
 reply[13] = key_type == 'string' and redis.call('strlen', key) <= 32 and redis.call('get', key) or false
+
+local leases_type = kind(leases)
+reply[14] = leases_type
+if leases_type == 'zset' then
+    reply[15] = redis.call('zcard', leases)
+    reply[16] = redis.call('zrange', leases, 0, limit - 1, 'WITHSCORES')
+else
+    reply[15], reply[16] = 0, {}
+end
 return reply

@@ -61,6 +61,24 @@ pub struct LockState {
     /// The count of a [`HoldMode::Counter`]: a semaphore's free permits or a count-down
     /// latch's count.
     pub counter: Option<i64>,
+    /// The permits taken from a permit-expirable semaphore of this name, as its leases
+    /// (`{name}:timeout`) list them, earliest expiry first (at most 1000).
+    pub leased_permits: Vec<LeasedPermit>,
+    /// How many permits the leases list (it may be longer than `leased_permits`).
+    pub leased_permits_len: u64,
+}
+
+/// One permit taken from a permit-expirable semaphore.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LeasedPermit {
+    /// The permit's id in hex, as [`PermitId`](crate::PermitId) shows it (any member of the
+    /// leases is shown so, 16 bytes or not).
+    pub id: String,
+    /// When its lease ends, by the clock of the client that took it; `None` for a permit
+    /// without a lease. A time in the past means expired but not yet given back: the next
+    /// script of the semaphore that reaps (an acquire, a count) returns it to the pool.
+    pub expires: Option<SystemTime>,
 }
 
 /// How a lock is held.
@@ -159,6 +177,7 @@ pub(crate) async fn inspect(engine: &Engine, name: &str) -> Result<LockState> {
             &keys.fair_queue(),
             &keys.fair_timeouts(),
             &keys.fence_token(),
+            &keys::expirable_leases(&keys.raw),
         ],
         vec![Value::from(keys.read_key_prefix()), Value::from(READ_LIMIT)],
     );
@@ -218,8 +237,8 @@ fn ttl(pttl: i64) -> Option<Duration> {
 /// Turns the script's reply into a state (without the channels).
 fn read(name: &str, keys: &LockKeys, reply: Value) -> Result<LockState> {
     let items = array(reply);
-    let [key_type, pttl, count, fields, queue_type, queue_len, queue, deadlines_type, deadlines, token_type, token, readers, value] =
-        <[Value; 13]>::try_from(items).map_err(|items| unexpected(format!("{items:?}")))?;
+    let [key_type, pttl, count, fields, queue_type, queue_len, queue, deadlines_type, deadlines, token_type, token, readers, value, leases_type, leases_len, leases] =
+        <[Value; 16]>::try_from(items).map_err(|items| unexpected(format!("{items:?}")))?;
     // A decimal integer, as Java's semaphores and latches write their counts.
     let counter = value
         .as_string()
@@ -336,7 +355,27 @@ fn read(name: &str, keys: &LockKeys, reply: Value) -> Result<LockState> {
         fence_token,
         channels: Vec::new(),
         counter: counter.filter(|_| key_type == "string"),
+        leased_permits: if text(&leases_type) == "zset" {
+            array(leases).chunks(2).filter_map(leased_permit).collect()
+        } else {
+            Vec::new()
+        },
+        leased_permits_len: leases_len.as_u64().unwrap_or(0),
     })
+}
+
+/// A member of a permit-expirable semaphore's leases and its score.
+fn leased_permit(pair: &[Value]) -> Option<LeasedPermit> {
+    let [member, score] = pair else { return None };
+    let id = member
+        .as_bytes()?
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    let ms = score.as_f64()?;
+    let expires = (ms < crate::expirable_semaphore::NEVER as f64)
+        .then(|| UNIX_EPOCH + Duration::from_millis(ms.max(0.0) as u64));
+    Some(LeasedPermit { id, expires })
 }
 
 /// How many connections listen on each channel, by classic and, where this client uses it,

@@ -123,6 +123,12 @@ pub(crate) fn state_json(state: &LockState, clients: &Clients) -> Value {
         "queue_len": state.queue_len,
         "fence_token": state.fence_token,
         "counter": state.counter,
+        "leased_permits": state.leased_permits.iter().map(|p| json!({
+            "id": p.id,
+            "expires_epoch_ms": p.expires.map(epoch_millis),
+            "expires_in_ms": p.expires.map(|at| at.duration_since(now).map_or(0, |left| left.as_millis() as u64)),
+        })).collect::<Vec<_>>(),
+        "leased_permits_len": state.leased_permits_len,
         "channels": channels,
     })
 }
@@ -246,6 +252,23 @@ pub(crate) fn print_state(state: &LockState, clients: &Clients, json: bool) {
     if let Some(count) = state.counter {
         println!("count     {count}");
     }
+    if state.leased_permits_len > 0 {
+        println!(
+            "leased    {} permit(s) listed in {{{}}}:timeout, as a permit-expirable semaphore \
+             keeps them; earliest expiry first",
+            state.leased_permits_len, state.key
+        );
+        for permit in &state.leased_permits {
+            let expiry = match permit.expires {
+                None => "no lease: taken until released".to_owned(),
+                Some(at) => match at.duration_since(now) {
+                    Ok(left) => format!("lease ends in {}", human_duration(left)),
+                    Err(_) => "lease ended: back in the pool at the next acquire or count".into(),
+                },
+            };
+            println!("  {}  {expiry}", permit.id);
+        }
+    }
     for channel in &state.channels {
         if channel.listeners > 0 {
             println!(
@@ -283,8 +306,13 @@ pub(crate) fn print_list(found: &FoundLocks, clients: &Clients, json: bool) {
         let ttl = state.ttl.map_or("-".into(), human_duration);
         if let Some(count) = state.counter {
             let listeners: u64 = state.channels.iter().map(|c| c.listeners).sum();
+            // A permit-expirable semaphore's taken permits, when its leases list any.
+            let leased = match state.leased_permits_len {
+                0 => String::new(),
+                n => format!("\tleased={n}"),
+            };
             println!(
-                "{}\tcounter\tcount={count}\tlisteners={listeners}\tttl={ttl}",
+                "{}\tcounter\tcount={count}{leased}\tlisteners={listeners}\tttl={ttl}",
                 state.name
             );
             continue;
