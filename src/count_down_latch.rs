@@ -13,12 +13,13 @@ use fred::interfaces::{ClientLike, KeysInterface};
 use fred::types::Value;
 
 use crate::attempt::Attempt;
+use crate::counter::{int_reply, Counter};
 use crate::engine::Engine;
 use crate::error::{map_redis_error, Error, Result};
 use crate::guard::Finishing;
-use crate::keys::{self, Str};
+use crate::keys::{self};
 use crate::pubsub::Messages;
-use crate::script::{static_arg, Call, Script, LATCH_COUNT_DOWN, LATCH_DELETE, LATCH_SET};
+use crate::script::{Call, LATCH_COUNT_DOWN, LATCH_DELETE, LATCH_SET};
 use crate::wait::{self, Wait};
 use crate::waiters;
 
@@ -63,14 +64,15 @@ pub struct CountDownLatch {
     inner: Arc<Inner>,
 }
 
-struct Inner {
-    engine: Arc<Engine>,
-    /// The user's name, as errors name it.
-    name: Str,
-    /// The counter's key: the name after the client's prefix.
-    raw: Str,
-    /// `redisson_countdownlatch__channel__{raw}`.
-    channel: Str,
+/// The count, and its channel `redisson_countdownlatch__channel__{raw}`.
+struct Inner(Counter);
+
+impl std::ops::Deref for Inner {
+    type Target = Counter;
+
+    fn deref(&self) -> &Counter {
+        &self.0
+    }
 }
 
 impl std::fmt::Debug for CountDownLatch {
@@ -102,12 +104,12 @@ impl CountDownLatch {
             }
         }
         let channel = keys::latch_channel(&raw).into();
-        let inner = Inner {
+        let inner = Inner(Counter {
             engine,
             name: name.into(),
             raw: raw.into(),
             channel,
-        };
+        });
         Ok(CountDownLatch {
             inner: Arc::new(inner),
         })
@@ -255,14 +257,6 @@ impl CountDownLatch {
 }
 
 impl Inner {
-    fn channel(&self) -> Value {
-        Value::String(self.channel.clone())
-    }
-
-    fn publish(&self) -> Value {
-        static_arg(self.engine.publish_command())
-    }
-
     async fn count(&self) -> Result<i64> {
         let read = self.engine.link().reads().clone();
         let key = self.raw.clone();
@@ -279,24 +273,6 @@ impl Inner {
         } else {
             Attempt::Busy { ttl: Some(RECHECK) }
         })
-    }
-
-    /// Runs a script that writes, and waits for a replica where the client checks them.
-    async fn write(&self, call: Call) -> Result<Value> {
-        let (engine, key, name) = (&self.engine, &self.raw, &self.name);
-        let (reply, confirmation) = engine.run_confirmed(call, key, name).await?;
-        engine.confirm(confirmation, key, name).await?;
-        Ok(reply)
-    }
-}
-
-fn int_reply(script: &'static Script, reply: Value) -> Result<i64> {
-    match reply {
-        Value::Integer(n) => Ok(n),
-        other => Err(Error::UnexpectedReply {
-            script: script.name,
-            detail: format!("{other:?}"),
-        }),
     }
 }
 

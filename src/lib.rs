@@ -28,6 +28,7 @@ mod client;
 mod connection_name;
 mod connection_tasks;
 mod count_down_latch;
+mod counter;
 mod engine;
 mod error;
 mod exclusive;

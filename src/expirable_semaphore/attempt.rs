@@ -5,10 +5,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fred::types::Value;
-use tokio::time::Instant;
 
 use crate::attempt::{Attempt, InFlight};
-use crate::backoff::OUTAGE_BACKOFF;
+use crate::counter::RECORD_KEPT;
 use crate::error::{map_redis_error, Error, Result};
 use crate::guard::release_in_background;
 use crate::keys::{self, Str};
@@ -23,13 +22,6 @@ pub(super) const RECHECK: Duration = Duration::from_secs(15);
 
 /// The least a waiter told of a lease that already ended waits before it looks again.
 const SOON: Duration = Duration::from_millis(10);
-
-/// How long the undoing of an unanswered attempt is tried, well within [`RECORD_KEPT`].
-const UNDO_FOR: Duration = Duration::from_secs(100);
-
-/// How long the record of an undone attempt stays: the time within which the attempt,
-/// still on its way, is kept from taking anything.
-const RECORD_KEPT: Duration = Duration::from_secs(120);
 
 /// One acquire attempt under new ids (see `lua/expirable_acquire.lua`). Whatever keeps its
 /// outcome from the caller (a lost reply, the future dropped while the script is on the
@@ -55,7 +47,7 @@ pub(super) fn attempt(
     ];
     args.extend(ids.iter().map(PermitId::arg));
     let keys = [
-        inner.raw(),
+        inner.key(),
         Value::String(inner.leases.clone()),
         inner.channel(),
         Value::String(Str::clone(&record)),
@@ -146,43 +138,29 @@ impl Undo {
     /// Tries until the script ran, or until the record it leaves may be gone.
     async fn until_done(self) {
         let inner = &self.inner;
-        let give_up = Instant::now() + UNDO_FOR;
-        let mut pause = OUTAGE_BACKOFF.0;
-        loop {
+        let call = || {
             let keys = [
-                inner.raw(),
+                inner.key(),
                 Value::String(inner.leases.clone()),
                 inner.channel(),
                 Value::String(self.record.clone()),
             ];
             let mut args = vec![Value::from(millis(RECORD_KEPT)), inner.publish()];
             args.extend(self.ids.iter().map(PermitId::arg));
-            let call = Call::of(&EXPIRABLE_UNDO, keys, args);
-            let (reply, _) = inner.engine.send_confirmed(call, &inner.raw).await;
-            match reply.map_err(|e| map_redis_error(e, &inner.name)) {
-                Ok(given) => {
-                    tracing::debug!(
-                        semaphore = &*inner.name,
-                        ?given,
-                        "undid an unanswered acquire"
-                    );
-                    return;
-                }
-                Err(error) if error.is_retryable() && Instant::now() + pause < give_up => {
-                    tracing::debug!(%error, "undoing an unanswered acquire failed; retrying");
-                    tokio::time::sleep(pause).await;
-                    pause = (pause * 2).min(OUTAGE_BACKOFF.1);
-                }
-                Err(error) => {
-                    tracing::warn!(
-                        %error,
-                        semaphore = &*inner.name,
-                        ids = ?self.ids,
-                        "could not undo an acquire whose reply was lost; its permits stay taken until their leases end"
-                    );
-                    return;
-                }
-            }
+            Call::of(&EXPIRABLE_UNDO, keys, args)
+        };
+        match inner.undo_until_done(call).await {
+            Ok(given) => tracing::debug!(
+                semaphore = &*inner.name,
+                ?given,
+                "undid an unanswered acquire"
+            ),
+            Err(error) => tracing::warn!(
+                %error,
+                semaphore = &*inner.name,
+                ids = ?self.ids,
+                "could not undo an acquire whose reply was lost; its permits stay taken until their leases end"
+            ),
         }
     }
 }

@@ -13,11 +13,12 @@ use std::time::Duration;
 
 use fred::types::Value;
 
+use crate::counter::{int_reply, Counter};
 use crate::engine::Engine;
 use crate::error::{Error, Result};
 use crate::guard::Finishing;
 use crate::keys::{self, Str};
-use crate::script::{static_arg, Call, Script};
+use crate::script::{static_arg, Call};
 use crate::script::{EXPIRABLE_ADD, EXPIRABLE_COUNT, EXPIRABLE_DELETE, EXPIRABLE_LEASE};
 use crate::script::{EXPIRABLE_RELEASE, EXPIRABLE_RELEASE_MANY, EXPIRABLE_SET, SEMAPHORE_SET};
 use crate::semaphore::MAX_PERMITS;
@@ -80,17 +81,20 @@ pub struct PermitExpirableSemaphore {
 }
 
 struct Inner {
-    engine: Arc<Engine>,
-    /// The user's name, as errors name it.
-    name: Str,
-    /// The counter's key: the name after the client's prefix.
-    raw: Str,
+    /// The counter of free permits, and its channel `redisson_sc:{raw}`.
+    counter: Counter,
     /// `{raw}:timeout`.
     leases: Str,
-    /// `redisson_sc:{raw}`.
-    channel: Str,
     /// This client's id, in attempt records.
     client: String,
+}
+
+impl std::ops::Deref for Inner {
+    type Target = Counter;
+
+    fn deref(&self) -> &Counter {
+        &self.counter
+    }
 }
 
 impl std::fmt::Debug for PermitExpirableSemaphore {
@@ -105,12 +109,14 @@ impl PermitExpirableSemaphore {
     pub(crate) fn new(engine: Arc<Engine>, name: &str) -> Result<PermitExpirableSemaphore> {
         let raw = engine.lock_keys(name)?.raw;
         let inner = Inner {
-            name: name.into(),
             leases: keys::expirable_leases(&raw).into(),
-            channel: keys::semaphore_channel(&raw).into(),
             client: engine.client_id().to_string(),
-            raw,
-            engine,
+            counter: Counter {
+                channel: keys::semaphore_channel(&raw).into(),
+                name: name.into(),
+                raw,
+                engine,
+            },
         };
         Ok(PermitExpirableSemaphore {
             inner: Arc::new(inner),
@@ -142,7 +148,7 @@ impl PermitExpirableSemaphore {
             this.check("set", permits, 0)?;
             let inner = &this.inner;
             let args = [Value::from(permits), inner.publish()];
-            let call = Call::of(&SEMAPHORE_SET, [inner.raw(), inner.channel()], args);
+            let call = Call::of(&SEMAPHORE_SET, [inner.key(), inner.channel()], args);
             Ok(int_reply(&SEMAPHORE_SET, inner.write(call).await?)? == 1)
         }
     }
@@ -294,7 +300,7 @@ impl PermitExpirableSemaphore {
         async move {
             this.check("add", delta, -MAX_PERMITS)?;
             let inner = &this.inner;
-            let keys = [inner.raw(), inner.channel()];
+            let keys = [inner.key(), inner.channel()];
             let call = Call::of(&EXPIRABLE_ADD, keys, [Value::from(delta), inner.publish()]);
             int_reply(&EXPIRABLE_ADD, inner.write(call).await?).map(|_| ())
         }
@@ -361,7 +367,7 @@ impl PermitExpirableSemaphore {
     pub fn delete(&self) -> impl Future<Output = Result<bool>> + Send + 'static {
         let inner = self.inner.clone();
         async move {
-            let keys = [inner.raw(), Value::String(inner.leases.clone())];
+            let keys = [inner.key(), Value::String(inner.leases.clone())];
             let call = Call::of(&EXPIRABLE_DELETE, keys, []);
             Ok(int_reply(&EXPIRABLE_DELETE, inner.write(call).await?)? > 0)
         }
@@ -404,33 +410,13 @@ impl PermitExpirableSemaphore {
 }
 
 impl Inner {
-    fn raw(&self) -> Value {
-        Value::String(self.raw.clone())
-    }
-
-    fn channel(&self) -> Value {
-        Value::String(self.channel.clone())
-    }
-
     /// The counter, the leases and the channel: the keys of most scripts.
     fn three_keys(&self) -> [Value; 3] {
         [
-            self.raw(),
+            self.key(),
             Value::String(self.leases.clone()),
             self.channel(),
         ]
-    }
-
-    fn publish(&self) -> Value {
-        static_arg(self.engine.publish_command())
-    }
-
-    /// Runs a script that writes, and waits for a replica where the client checks them.
-    async fn write(&self, call: Call) -> Result<Value> {
-        let (engine, key, name) = (&self.engine, &self.raw, &self.name);
-        let (reply, confirmation) = engine.run_confirmed(call, key, name).await?;
-        engine.confirm(confirmation, key, name).await?;
-        Ok(reply)
     }
 
     /// `lua/expirable_release.lua`: 1 released, 0 expired but given back, -1 not held.
@@ -455,15 +441,5 @@ impl Inner {
         let args = [Value::from(now), self.publish(), id.arg(), end];
         let call = Call::of(&EXPIRABLE_LEASE, self.three_keys(), args);
         int_reply(&EXPIRABLE_LEASE, self.write(call).await?)
-    }
-}
-
-fn int_reply(script: &'static Script, reply: Value) -> Result<i64> {
-    match reply {
-        Value::Integer(n) => Ok(n),
-        other => Err(Error::UnexpectedReply {
-            script: script.name,
-            detail: format!("{other:?}"),
-        }),
     }
 }

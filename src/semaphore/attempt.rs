@@ -5,23 +5,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fred::types::Value;
-use tokio::time::Instant;
 
 use crate::attempt::{Attempt, InFlight};
-use crate::backoff::OUTAGE_BACKOFF;
+use crate::counter::RECORD_KEPT;
 use crate::error::{map_redis_error, Error, Result};
 use crate::guard::release_in_background;
 use crate::keys::{self, Str};
 use crate::script::{boxed_in_place, Call, SEMAPHORE_ACQUIRE, SEMAPHORE_UNDO};
 
 use super::{Inner, RECHECK};
-
-/// How long the undoing of an unanswered attempt is tried, well within [`RECORD_KEPT`].
-const UNDO_FOR: Duration = Duration::from_secs(100);
-
-/// How long an acquire attempt's record stays on the server: the time within which an
-/// attempt whose reply was lost can still be undone.
-const RECORD_KEPT: Duration = Duration::from_secs(120);
 
 /// One acquire attempt, recorded under a key of its own (see `lua/semaphore_acquire.lua`).
 /// Whatever keeps its outcome from the caller (a lost reply, the future dropped while the
@@ -118,11 +110,9 @@ impl Undo {
     /// Tries until the script ran, or until the record it needs may be gone.
     async fn until_done(self) {
         let inner = &self.inner;
-        let give_up = Instant::now() + UNDO_FOR;
-        let mut pause = OUTAGE_BACKOFF.0;
-        loop {
+        let call = || {
             let keys = [
-                Value::String(inner.raw.clone()),
+                inner.key(),
                 inner.channel(),
                 Value::String(self.record.clone()),
             ];
@@ -131,33 +121,23 @@ impl Undo {
                 Value::from(millis(RECORD_KEPT)),
                 inner.publish(),
             ];
-            let call = Call::of(&SEMAPHORE_UNDO, keys, args);
-            let (reply, _) = inner.engine.send_confirmed(call, &inner.raw).await;
-            match reply.map_err(|e| map_redis_error(e, &inner.name)) {
-                Ok(gave_back) => {
-                    if gave_back == Value::Integer(1) {
-                        tracing::debug!(
-                            semaphore = &*inner.name,
-                            "gave back the permits of an unanswered acquire"
-                        );
-                    }
-                    return;
-                }
-                Err(error) if error.is_retryable() && Instant::now() + pause < give_up => {
-                    tracing::debug!(%error, "undoing an unanswered acquire failed; retrying");
-                    tokio::time::sleep(pause).await;
-                    pause = (pause * 2).min(OUTAGE_BACKOFF.1);
-                }
-                Err(error) => {
-                    tracing::warn!(
-                        %error,
+            Call::of(&SEMAPHORE_UNDO, keys, args)
+        };
+        match inner.undo_until_done(call).await {
+            Ok(gave_back) => {
+                if gave_back == Value::Integer(1) {
+                    tracing::debug!(
                         semaphore = &*inner.name,
-                        permits = self.permits,
-                        "could not undo an acquire whose reply was lost; the permits it may have taken stay taken"
+                        "gave back the permits of an unanswered acquire"
                     );
-                    return;
                 }
             }
+            Err(error) => tracing::warn!(
+                %error,
+                semaphore = &*inner.name,
+                permits = self.permits,
+                "could not undo an acquire whose reply was lost; the permits it may have taken stay taken"
+            ),
         }
     }
 }

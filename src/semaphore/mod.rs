@@ -15,12 +15,13 @@ use std::time::Duration;
 use fred::interfaces::KeysInterface;
 use fred::types::Value;
 
+use crate::counter::{int_reply, Counter};
 use crate::engine::Engine;
 use crate::error::{map_redis_error, Error, Result};
 use crate::guard::Finishing;
-use crate::keys::{self, Str};
+use crate::keys::{self};
 use crate::pubsub::Messages;
-use crate::script::{static_arg, Call, Script};
+use crate::script::{static_arg, Call};
 use crate::script::{SEMAPHORE_ADD, SEMAPHORE_DRAIN, SEMAPHORE_RELEASE, SEMAPHORE_SET};
 use crate::wait::{self, Wait};
 use crate::waiters;
@@ -71,15 +72,18 @@ pub struct Semaphore {
 }
 
 struct Inner {
-    engine: Arc<Engine>,
-    /// The user's name, as errors name it.
-    name: Str,
-    /// The counter's key: the name after the client's prefix.
-    raw: Str,
-    /// `redisson_sc:{raw}`.
-    channel: Str,
+    /// The counter, and its channel `redisson_sc:{raw}`.
+    counter: Counter,
     /// This client's id, in attempt records.
     client: String,
+}
+
+impl std::ops::Deref for Inner {
+    type Target = Counter;
+
+    fn deref(&self) -> &Counter {
+        &self.counter
+    }
 }
 
 impl std::fmt::Debug for Semaphore {
@@ -96,10 +100,12 @@ impl Semaphore {
         let channel = keys::semaphore_channel(&raw).into();
         let client = engine.client_id().to_string();
         let inner = Inner {
-            engine,
-            name: name.into(),
-            raw,
-            channel,
+            counter: Counter {
+                engine,
+                name: name.into(),
+                raw,
+                channel,
+            },
             client,
         };
         Ok(Semaphore {
@@ -470,34 +476,6 @@ impl Semaphore {
         let wake = (&*inner.channel, semaphore_messages as Messages);
         let taken = wait::synchronizer(&inner.engine, what, wake, wait, || attempt(inner, permits));
         Ok(taken.await?.is_some())
-    }
-}
-
-impl Inner {
-    fn channel(&self) -> Value {
-        Value::String(self.channel.clone())
-    }
-
-    fn publish(&self) -> Value {
-        static_arg(self.engine.publish_command())
-    }
-
-    /// Runs a script that writes, and waits for a replica where the client checks them.
-    async fn write(&self, call: Call) -> Result<Value> {
-        let (engine, key, name) = (&self.engine, &self.raw, &self.name);
-        let (reply, confirmation) = engine.run_confirmed(call, key, name).await?;
-        engine.confirm(confirmation, key, name).await?;
-        Ok(reply)
-    }
-}
-
-fn int_reply(script: &'static Script, reply: Value) -> Result<i64> {
-    match reply {
-        Value::Integer(n) => Ok(n),
-        other => Err(Error::UnexpectedReply {
-            script: script.name,
-            detail: format!("{other:?}"),
-        }),
     }
 }
 
