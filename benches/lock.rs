@@ -23,7 +23,7 @@
 //! compared with round trips sampled between handoffs.
 //!
 //! The baseline, the workloads and the helpers are shared with `kinds/` (the other lock
-//! kinds and the remaining figures of the targets) in `common/`.
+//! kinds and the remaining figures of the targets) and `synchronizers.rs` in `common/`.
 
 mod common;
 

@@ -1,6 +1,7 @@
-//! Set-up shared by the bench binaries (`lock.rs`, `kinds/`, and the `peers` crate): the
-//! private redis-server, the bare fred baseline (the Redisson hash protocol as two EVALSHA
-//! scripts, `bare.rs`), the plain-lock workloads (`workloads.rs`), the counting allocator
+//! Set-up shared by the bench binaries (`lock.rs`, `kinds/`, `synchronizers.rs`, and the
+//! `peers` crate): the private redis-server, the bare fred baselines (the Redisson hash
+//! protocol as two EVALSHA scripts in `bare.rs`, Redisson's synchronizer scripts in
+//! `bare_sync.rs`), the plain-lock workloads (`workloads.rs`), the counting allocator
 //! (`alloc.rs`), readers of `INFO` and `/proc` (`measure.rs`), percentiles and verdicts
 //! (`report.rs`) and the command line (`args.rs`).
 
@@ -10,6 +11,7 @@
 mod alloc;
 mod args;
 mod bare;
+pub mod bare_sync;
 #[path = "../../tests/support/lua.rs"]
 pub mod lua;
 mod measure;
