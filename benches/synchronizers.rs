@@ -169,7 +169,23 @@ fn semaphore_throughput(
                 })
             },
         );
+        print_server_keys(server, &format!("semaphore_throughput/{label}"));
     }
+}
+
+/// Prints the keys and memory on the server: the crate's semaphore acquire leaves a record
+/// per attempt, kept 120 s.
+fn print_server_keys(server: &RedisServer, label: &str) {
+    let keys = server.command(&["DBSIZE"]);
+    let info = server.command(&["INFO", "memory"]);
+    let used = info
+        .lines()
+        .find_map(|l| l.strip_prefix("used_memory_human:"));
+    println!(
+        "{label}: after it, {} keys on the server, {} used",
+        keys.trim(),
+        used.unwrap_or("?").trim()
+    );
 }
 
 fn expirable_throughput(
