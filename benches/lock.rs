@@ -22,8 +22,8 @@
 //! in alternating batches and the medians printed ("interleaved"), and the handoff is
 //! compared with round trips sampled between handoffs.
 //!
-//! The baseline, the workloads and the helpers are shared with `kinds.rs` (the other lock
-//! kinds and the remaining figures of the targets) in `common/mod.rs`.
+//! The baseline, the workloads and the helpers are shared with `kinds/` (the other lock
+//! kinds and the remaining figures of the targets) and `synchronizers.rs` in `common/`.
 
 mod common;
 
