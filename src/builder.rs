@@ -10,17 +10,17 @@ use fred::types::config::{Config, ReconnectPolicy};
 use fred::types::{Builder, ConnectHandle};
 
 use crate::client::LockClient;
-use crate::connection_name;
-use crate::connection_tasks::{self, Driven};
+use crate::core::lease::Lease;
 use crate::engine::{Engine, Settings};
 use crate::error::{Error, Result};
 #[cfg(doc)]
-use crate::fair_lock::FairLock;
-use crate::lease::Lease;
-use crate::link;
-use crate::pubsub::{sharded_supported, Choice, PubSubMode};
-use crate::redirect;
-use crate::url::{parse_url, servers_text, uses_tls};
+use crate::locks::fair_lock::FairLock;
+use crate::topology::connection_name;
+use crate::topology::connection_tasks::{self, Driven};
+use crate::topology::link;
+use crate::topology::pubsub::{sharded_supported, Choice, PubSubMode};
+use crate::topology::redirect;
+use crate::topology::url::{parse_url, servers_text, uses_tls};
 
 impl LockClient {
     /// A builder for every other set-up.

@@ -7,23 +7,23 @@ use std::sync::Arc;
 use fred::clients::Client;
 use uuid::Uuid;
 
-use crate::count_down_latch::CountDownLatch;
+use crate::core::owner::LockOwner;
 use crate::engine::Engine;
 #[cfg(doc)]
 use crate::error::Error;
 use crate::error::Result;
-use crate::exclusive::ExclusiveLock;
-use crate::fair_lock::FairLock;
-use crate::fenced_lock::FencedLock;
 use crate::inspect::{self, FoundLocks, LockState};
 use crate::kind::Kind;
-use crate::lock::Lock;
-use crate::multi_lock::{MultiLock, MultiMember, RedLock};
-use crate::non_reentrant::{NonReentrantFairLock, NonReentrantLock};
-use crate::owner::LockOwner;
-use crate::rw_lock::ReadWriteLock;
-use crate::semaphore::Semaphore;
-use crate::spin_lock::SpinLock;
+use crate::locks::exclusive::ExclusiveLock;
+use crate::locks::fair_lock::FairLock;
+use crate::locks::fenced_lock::FencedLock;
+use crate::locks::lock::Lock;
+use crate::locks::multi_lock::{MultiLock, MultiMember, RedLock};
+use crate::locks::non_reentrant::{NonReentrantFairLock, NonReentrantLock};
+use crate::locks::rw_lock::ReadWriteLock;
+use crate::locks::spin_lock::SpinLock;
+use crate::synchronizers::count_down_latch::CountDownLatch;
+use crate::synchronizers::semaphore::Semaphore;
 
 /// A connection to Redis for locks: one command connection, one subscriber connection, one
 /// watchdog task and one pub/sub task, shared by every lock and guard made from it.

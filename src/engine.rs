@@ -16,17 +16,17 @@ use parking_lot::Mutex;
 use tokio::sync::{watch, OwnedRwLockReadGuard, RwLock};
 use uuid::Uuid;
 
-use crate::background::spawn_or;
+use crate::core::background::spawn_or;
+use crate::core::keys::{self, LockKeys, Str};
+use crate::core::latches::Latches;
+use crate::core::owner::LockOwner;
+use crate::core::script::{Call, ScriptRunner};
+use crate::core::watchdog::Watchdog;
 use crate::error::{map_redis_error, Error, Result};
-use crate::keys::{self, LockKeys, Str};
-use crate::latches::Latches;
-use crate::link::Link;
-use crate::owner::LockOwner;
-use crate::pubsub::{Choice, PubSub};
-use crate::replicas::{Confirmation, Replicas};
-use crate::script::{Call, ScriptRunner};
-use crate::sentinel;
-use crate::watchdog::Watchdog;
+use crate::topology::link::Link;
+use crate::topology::pubsub::{Choice, PubSub};
+use crate::topology::replicas::{Confirmation, Replicas};
+use crate::topology::sentinel;
 
 /// The shortest time a master that counted replicas and counts none still has its writes
 /// confirmed: longer than the Sentinels take to demote an old master that stayed up (they
@@ -160,7 +160,7 @@ impl Engine {
     /// behind Sentinel, the failover watcher). `pubsub` is how waiters listen and releases
     /// publish.
     /// `script_client`: on a cluster, the client the lock scripts go through (see
-    /// [`redirect`](crate::redirect)), which this engine quits on shutdown.
+    /// [`redirect`](crate::topology::redirect)), which this engine quits on shutdown.
     pub(crate) fn start(
         redis: Client,
         script_client: Option<Client>,

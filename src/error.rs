@@ -4,7 +4,7 @@ use std::borrow::Cow;
 
 use fred::error::{Error as RedisError, ErrorKind};
 
-use crate::owner::LockOwner;
+use crate::core::owner::LockOwner;
 
 /// Everything that can go wrong in this crate.
 ///
@@ -176,7 +176,7 @@ fn io_words(details: &str) -> String {
 
 impl From<RedisError> for Error {
     fn from(error: RedisError) -> Error {
-        match crate::link::refusal(&error) {
+        match crate::topology::link::refusal(&error) {
             Some((server, io)) => Error::Unreachable {
                 server: server.to_owned(),
                 source: RedisError::new(ErrorKind::IO, io.to_owned()),
@@ -242,8 +242,8 @@ pub(crate) fn is_transient(error: &RedisError) -> bool {
             .any(|prefix| words.starts_with(prefix))
                 || details.contains("Too many failed write attempts")
                 // A redirection not followed, or keys split by a migration: it did not run.
-                || crate::redirect::is_redirected(error)
-                || crate::redirect::is_try_again(error)
+                || crate::topology::redirect::is_redirected(error)
+                || crate::topology::redirect::is_try_again(error)
                 || details.contains("Connection closed")
                 // fred between a dropped connection and its replacement.
                 || details.contains("Failed to route command")
@@ -303,7 +303,7 @@ mod tests {
         let io = r#"Os { code: 111, kind: ConnectionRefused, message: "Connection refused" }"#;
         let refused = RedisError::new(
             ErrorKind::IO,
-            format!("{}10.0.0.7:6379\n{io}", crate::link::REFUSED),
+            format!("{}10.0.0.7:6379\n{io}", crate::topology::link::REFUSED),
         );
         let error = Error::from(refused);
         assert!(matches!(&error, Error::Unreachable { server, .. } if server == "10.0.0.7:6379"));

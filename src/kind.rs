@@ -18,15 +18,15 @@
 //!
 //! Both traits are sealed: the kinds are Redisson's, and each speaks its protocol.
 
+use crate::core::handle::Handle;
 use crate::error::Result;
-use crate::handle::Handle;
 
-pub use crate::fair_lock::Fair;
-pub use crate::fenced_lock::{Fenced, Token};
-pub use crate::lock::Reentrant;
-pub use crate::non_reentrant::{NonReentrant, NonReentrantFair};
-pub use crate::rw_lock::{ReadHold, WriteHold};
-pub use crate::spin_lock::Spin;
+pub use crate::locks::fair_lock::Fair;
+pub use crate::locks::fenced_lock::{Fenced, Token};
+pub use crate::locks::lock::Reentrant;
+pub use crate::locks::non_reentrant::{NonReentrant, NonReentrantFair};
+pub use crate::locks::rw_lock::{ReadHold, WriteHold};
+pub use crate::locks::spin_lock::Spin;
 
 /// A kind of exclusive lock: the `K` of [`ExclusiveLock<K>`](crate::ExclusiveLock).
 pub trait Kind: sealed::Kind + Send + Sync + 'static {

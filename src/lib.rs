@@ -17,73 +17,42 @@
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 #![deny(rustdoc::broken_intra_doc_links)]
 
-mod attempt;
-mod background;
-mod backoff;
 #[cfg(feature = "blocking")]
 #[cfg_attr(docsrs, doc(cfg(feature = "blocking")))]
 pub mod blocking;
 mod builder;
 mod client;
-mod connection_name;
-mod connection_tasks;
-mod count_down_latch;
-mod counter;
+mod core;
 mod engine;
 mod error;
-mod exclusive;
-mod expirable_semaphore;
-mod fair_lock;
-mod fenced_lock;
-mod guard;
-mod handle;
 pub mod inspect;
-mod keys;
 pub mod kind;
-mod latches;
-mod lease;
-mod link;
-mod lock;
-mod multi_lock;
-mod non_reentrant;
-mod observe;
-mod owner;
-mod protocol;
-mod pubsub;
-mod redirect;
-mod release;
-mod replicas;
-mod rw_lock;
-mod script;
-mod semaphore;
-mod sentinel;
-mod spin_lock;
-mod time;
-mod url;
-mod wait;
-mod waiters;
-mod watchdog;
+mod locks;
+mod synchronizers;
+mod topology;
 
-pub use backoff::Backoff;
 pub use builder::LockClientBuilder;
 pub use client::LockClient;
-pub use count_down_latch::CountDownLatch;
+pub use core::backoff::Backoff;
+pub use core::guard::LockGuard;
+pub use core::lease::Lease;
+pub use core::owner::LockOwner;
+pub use core::wait::WaitStrategy;
 pub use error::{Error, Result};
-pub use exclusive::ExclusiveLock;
-pub use expirable_semaphore::{ExpirablePermits, PermitExpirableSemaphore, PermitId, MAX_ACQUIRE};
-pub use fair_lock::FairLock;
-pub use fenced_lock::{FencedGuard, FencedLock};
-pub use guard::LockGuard;
-pub use lease::Lease;
-pub use lock::Lock;
-pub use multi_lock::{MultiLock, MultiLockGuard, MultiMember, RedLock};
-pub use non_reentrant::{NonReentrantFairLock, NonReentrantLock};
-pub use owner::LockOwner;
-pub use pubsub::PubSubMode;
-pub use rw_lock::{ReadGuard, ReadWriteLock, WriteGuard};
-pub use semaphore::{Semaphore, SemaphorePermits, MAX_PERMITS};
-pub use spin_lock::SpinLock;
-pub use wait::WaitStrategy;
+pub use locks::exclusive::ExclusiveLock;
+pub use locks::fair_lock::FairLock;
+pub use locks::fenced_lock::{FencedGuard, FencedLock};
+pub use locks::lock::Lock;
+pub use locks::multi_lock::{MultiLock, MultiLockGuard, MultiMember, RedLock};
+pub use locks::non_reentrant::{NonReentrantFairLock, NonReentrantLock};
+pub use locks::rw_lock::{ReadGuard, ReadWriteLock, WriteGuard};
+pub use locks::spin_lock::SpinLock;
+pub use synchronizers::count_down_latch::CountDownLatch;
+pub use synchronizers::expirable_semaphore::{
+    ExpirablePermits, PermitExpirableSemaphore, PermitId, MAX_ACQUIRE,
+};
+pub use synchronizers::semaphore::{Semaphore, SemaphorePermits, MAX_PERMITS};
+pub use topology::pubsub::PubSubMode;
 
 /// The Redis client this crate runs on, re-exported so that its configuration types can be
 /// named without a separate dependency.

@@ -40,16 +40,16 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::core::lease::Lease;
+use crate::core::owner::LockOwner;
+use crate::core::wait::WaitStrategy;
 use crate::error::{Error, Result};
 use crate::inspect::{FoundLocks, LockState};
 use crate::kind::{
     Fair, Fenced, HoldKind, Kind, NonReentrant, NonReentrantFair, Plain, ReadHold, Reentrant, Spin,
     Token, WriteHold,
 };
-use crate::lease::Lease;
-use crate::multi_lock::MultiMember;
-use crate::owner::LockOwner;
-use crate::wait::WaitStrategy;
+use crate::locks::multi_lock::MultiMember;
 use crate::Uuid;
 
 /// The runtime every handle of one blocking client shares. Dropped with the last handle,

@@ -10,12 +10,12 @@ use fred::interfaces::ClientLike;
 use fred::types::{ClusterHash, CustomCommand, Value};
 use uuid::Uuid;
 
-use crate::connection_name::{masters, CONNECTION_NAME_PREFIX};
+use crate::core::keys::{self, LockKeys, MODE_FIELD, WRITE_MODE};
+use crate::core::owner::LockOwner;
+use crate::core::script::{Call, INSPECT};
 use crate::engine::Engine;
 use crate::error::{Error, Result};
-use crate::keys::{self, LockKeys, MODE_FIELD, WRITE_MODE};
-use crate::owner::LockOwner;
-use crate::script::{Call, INSPECT};
+use crate::topology::connection_name::{masters, CONNECTION_NAME_PREFIX};
 
 mod find;
 
@@ -373,7 +373,7 @@ fn leased_permit(pair: &[Value]) -> Option<LeasedPermit> {
         .map(|b| format!("{b:02x}"))
         .collect();
     let ms = score.as_f64()?;
-    let expires = (ms < crate::expirable_semaphore::NEVER as f64)
+    let expires = (ms < crate::synchronizers::expirable_semaphore::NEVER as f64)
         .then(|| UNIX_EPOCH + Duration::from_millis(ms.max(0.0) as u64));
     Some(LeasedPermit { id, expires })
 }

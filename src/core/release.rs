@@ -1,0 +1,130 @@
+//! Releasing one hold: the kind's release script, resent with the same request id when
+//! its reply is lost (the unlock latch replays the first outcome instead of releasing twice,
+//! protocol §3.4; see `latches.rs`), and the registry of holds brought in line with the reply.
+
+use std::time::Duration;
+
+use fred::types::Value;
+use tracing::Instrument;
+
+use crate::core::backoff::{release_resend_pause, RELEASE_SENDS};
+use crate::core::latches::Latch;
+use crate::core::observe;
+use crate::core::owner::LockOwner;
+use crate::core::protocol::Target;
+use crate::core::script::nil_or_int;
+use crate::core::time::millis;
+use crate::engine::Engine;
+use crate::error::{Error, Result};
+use crate::topology::replicas::Confirmation;
+
+/// What a release did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Released {
+    NotHeld,
+    Partly,
+    Fully,
+}
+
+/// Who releases: a guard, which already gave up its part in the registry, or a release
+/// without a guard (`unlock(&owner)`, Java style), which ends one of the owner's holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum By {
+    Guard,
+    Owner,
+}
+
+/// How long a release's latch is kept: long enough for every resend of the release.
+pub(crate) fn latch_ttl(engine: &Engine) -> Duration {
+    (engine.settings().command_timeout + Duration::from_millis(500)) * RELEASE_SENDS
+        + Duration::from_secs(1)
+}
+
+/// Releases one hold of `owner` and brings the registry of holds in line with the reply.
+/// `generation`: the owner's entry when the release was sent. A partial release by a guard
+/// changes nothing more; one by the owner ends one hold of the entry. When the lock was
+/// freed or not held, that entry is forgotten (its other guards lose their hold with this
+/// one), never a newer one made by a later acquisition. Then waits for a replica to have
+/// the release (see [`Replicas`](crate::topology::replicas::Replicas)).
+pub(crate) async fn release_settled(
+    lock: &Target,
+    owner: &LockOwner,
+    lease_ms: i64,
+    generation: Option<u64>,
+    by: By,
+) -> Result<Released> {
+    let hold = lock.hold_key(owner);
+    let kind = lock.kind.kind();
+    let span = observe::release_span(&lock.name, kind);
+    let outcome = release(lock, owner, lease_ms).instrument(span).await;
+    observe::released(kind, &outcome, |(r, _)| *r == Released::NotHeld);
+    let (released, confirmation) = outcome?;
+    let watchdog = lock.engine.watchdog();
+    match (released, by) {
+        (Released::Partly, By::Owner) => watchdog.release_one(&hold, generation),
+        (Released::Partly, By::Guard) => {}
+        (Released::Fully | Released::NotHeld, _) => watchdog.forget(&hold, generation),
+    }
+    if released != Released::NotHeld {
+        replicated(lock, confirmation).await?;
+    }
+    Ok(released)
+}
+
+/// Returns once a replica has the write `confirmation` belongs to, giving a lagging replica
+/// a second timeout before failing, as Redisson retries a release once.
+pub(crate) async fn replicated(lock: &Target, confirmation: Confirmation) -> Result<()> {
+    let (engine, key, name) = (&lock.engine, &lock.keys.raw, &lock.name);
+    let again = confirmation.again();
+    match engine.confirm(confirmation, key, name).await {
+        Err(Error::NotReplicated { .. }) => engine.confirm(again, key, name).await,
+        done => done,
+    }
+}
+
+/// Runs the kind's release script, resending it with the same request id when the reply
+/// is lost. Returns what it did and what confirms its write.
+pub(crate) async fn release(
+    lock: &Target,
+    owner: &LockOwner,
+    lease_ms: i64,
+) -> Result<(Released, Confirmation)> {
+    let engine = &lock.engine;
+    let latch = Latch {
+        key: lock
+            .latches
+            .lock()
+            .pop()
+            .unwrap_or_else(|| engine.latches().new_key(&lock.keys)),
+        request: engine.latches().request_id(),
+    };
+    let latch_ttl = Value::from(millis(latch_ttl(engine)));
+    let mut sent = 1;
+    let (reply, script) = loop {
+        let mut call = lock.kind.release(lock, owner, lease_ms);
+        let script = call.script;
+        call.push_key(latch.key.clone());
+        call.push_args([latch_ttl.clone(), latch.request.clone()]);
+        match engine.run_confirmed(call, &lock.keys.raw, &lock.name).await {
+            Err(error) if error.is_retryable() && sent < RELEASE_SENDS => {
+                tracing::debug!(%error, lock = %lock.name, "release failed; resending");
+                observe::release_resent(lock.kind.kind());
+                tokio::time::sleep(release_resend_pause(sent)).await;
+                sent += 1;
+            }
+            reply => break (reply, script),
+        }
+    };
+    if sent == 1 && reply.is_ok() {
+        // Answered at its only send: nothing of this request can still run, so the key may
+        // record the handle's next release.
+        lock.latches.lock().push(latch.key);
+    }
+    let (reply, confirmation) = reply?;
+    let released = match nil_or_int(script, reply)? {
+        None => Released::NotHeld,
+        Some(0) => Released::Partly,
+        Some(_) => Released::Fully,
+    };
+    Ok((released, confirmation))
+}

@@ -1,0 +1,125 @@
+//! The reentrant lock: Redisson's `RLock` (protocol §3), the base every hash-based kind
+//! shares: its acquire, release and force-release scripts.
+
+use fred::types::Value;
+
+use std::sync::Arc;
+
+#[cfg(doc)]
+use crate::core::guard::LockGuard;
+use crate::core::handle::Handle;
+use crate::core::keys::UNLOCK_MESSAGE;
+use crate::core::owner::LockOwner;
+use crate::core::protocol::{Protocol, Target};
+use crate::core::script::{static_arg, Call, LOCK_ACQUIRE, LOCK_FORCE_RELEASE, LOCK_RELEASE};
+use crate::core::wait::Wait;
+use crate::engine::Engine;
+use crate::error::Result;
+use crate::kind::{sealed, Kind, Plain};
+use crate::locks::exclusive::ExclusiveLock;
+
+/// A reentrant distributed lock, shared with Java's `RLock` of the same name.
+///
+/// The lock is not fair: when it is freed, any waiter (in this process or another, Rust or
+/// Java) may get it, and a task that asks at that moment may get it first. A client's own
+/// waiters are woken in the order they began to wait, and one that loses the race keeps its
+/// place. Use a fair lock where the order matters. The same owner re-enters: the
+/// hold count grows by one, and the key lives at least the new lease from then on (never
+/// less than before).
+///
+/// A `Lock` is a cheap handle (no I/O to make one, `Clone`, `Send + Sync`). It holds no
+/// owner: every call names the [`LockOwner`] it acts for. Holds are [`LockGuard`]s.
+///
+/// ```no_run
+/// # async fn demo() -> redisson_lock::Result<()> {
+/// let client = redisson_lock::LockClient::connect("redis://127.0.0.1:6379").await?;
+/// let me = client.new_owner();
+/// let lock = client.lock("orders:42")?;
+/// let guard = lock.lock(&me).await?;
+/// let again = lock.lock(&me).await?; // re-entered: hold count 2
+/// again.unlock().await?;
+/// guard.unlock().await?;
+/// # Ok(()) }
+/// ```
+pub type Lock = ExclusiveLock<Reentrant>;
+
+/// The kind of [`Lock`]: Redisson's `RLock` (protocol §3).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Reentrant;
+
+impl Kind for Reentrant {
+    type Hold = Plain;
+}
+
+#[allow(private_interfaces)] // sealed: out of users' sight
+impl sealed::Kind for Reentrant {
+    const HANDLE: &'static str = "Lock";
+
+    fn handle(engine: Arc<Engine>, name: &str) -> Result<Handle> {
+        Handle::new(engine, name, Reentrant)
+    }
+}
+
+impl Protocol for Reentrant {
+    fn kind(&self) -> &'static str {
+        "lock"
+    }
+
+    fn acquire(&self, lock: &Target, owner: &LockOwner, lease_ms: i64, _wait: Wait) -> Call {
+        acquire_call(lock, owner, lease_ms)
+    }
+
+    fn release(&self, lock: &Target, owner: &LockOwner, lease_ms: i64) -> Call {
+        release_call(lock, owner, lease_ms, true)
+    }
+
+    fn force_release(&self, lock: &Target) -> Call {
+        force_release_call(lock, true)
+    }
+}
+
+/// `lua/lock_force_release.lua` (§3.6); `publish` as for [`release_call`].
+pub(crate) fn force_release_call(lock: &Target, publish: bool) -> Call {
+    let publish = if publish {
+        lock.publish()
+    } else {
+        Value::from("")
+    };
+    Call::new(
+        &LOCK_FORCE_RELEASE,
+        &[&lock.keys.raw, &lock.keys.channel],
+        vec![Value::from(UNLOCK_MESSAGE), publish],
+    )
+}
+
+/// `lua/lock_acquire.lua` (§3.2).
+pub(crate) fn acquire_call(lock: &Target, owner: &LockOwner, lease_ms: i64) -> Call {
+    Call::of(
+        &LOCK_ACQUIRE,
+        [Value::String(lock.keys.raw.clone())],
+        [Value::from(lease_ms), owner.field_arg()],
+    )
+}
+
+/// `lua/lock_release.lua` (§3.4); `publish`: whether the last release tells the waiters
+/// (a spin lock's does not, §8.1).
+pub(crate) fn release_call(lock: &Target, owner: &LockOwner, lease_ms: i64, publish: bool) -> Call {
+    let publish = if publish {
+        lock.publish()
+    } else {
+        static_arg("")
+    };
+    Call::of(
+        &LOCK_RELEASE,
+        [
+            Value::String(lock.keys.raw.clone()),
+            Value::String(lock.keys.channel.clone()),
+        ],
+        [
+            static_arg(UNLOCK_MESSAGE),
+            Value::from(lease_ms),
+            owner.field_arg(),
+            publish,
+        ],
+    )
+}

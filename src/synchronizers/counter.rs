@@ -1,0 +1,90 @@
+//! What the synchronizers (the semaphores and the count-down latch) share: Redisson keeps
+//! each in a counter, a string key holding a whole number, and tells its waiters on a
+//! channel. A [`Counter`] is that key and channel in one client, with the one way its
+//! scripts write; and the undoing of an acquisition whose reply was lost, which both
+//! semaphores need.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use fred::types::Value;
+use tokio::time::Instant;
+
+use crate::core::backoff::OUTAGE_BACKOFF;
+use crate::core::keys::Str;
+use crate::core::script::{static_arg, Call, Script};
+use crate::engine::Engine;
+use crate::error::{map_redis_error, Error, Result};
+
+/// How long the undoing of an unanswered attempt is tried, well within [`RECORD_KEPT`].
+pub(crate) const UNDO_FOR: Duration = Duration::from_secs(100);
+
+/// How long an acquire attempt's record stays on the server: the time within which an
+/// attempt whose reply was lost can still be undone.
+pub(crate) const RECORD_KEPT: Duration = Duration::from_secs(120);
+
+/// One synchronizer's counter and channel, in one client.
+pub(crate) struct Counter {
+    pub(crate) engine: Arc<Engine>,
+    /// The user's name, as errors name it.
+    pub(crate) name: Str,
+    /// The counter's key: the name after the client's prefix.
+    pub(crate) raw: Str,
+    /// The channel its waiters listen on.
+    pub(crate) channel: Str,
+}
+
+impl Counter {
+    /// The counter's key, as a script's KEY.
+    pub(crate) fn key(&self) -> Value {
+        Value::String(self.raw.clone())
+    }
+
+    /// The channel, as a script's KEY.
+    pub(crate) fn channel(&self) -> Value {
+        Value::String(self.channel.clone())
+    }
+
+    /// How the scripts must publish (see `lua/publish.lua`).
+    pub(crate) fn publish(&self) -> Value {
+        static_arg(self.engine.publish_command())
+    }
+
+    /// Runs a script that writes, and waits for a replica where the client checks them.
+    pub(crate) async fn write(&self, call: Call) -> Result<Value> {
+        let (engine, key, name) = (&self.engine, &self.raw, &self.name);
+        let (reply, confirmation) = engine.run_confirmed(call, key, name).await?;
+        engine.confirm(confirmation, key, name).await?;
+        Ok(reply)
+    }
+
+    /// Sends the undo script `call` makes until it ran, or until [`UNDO_FOR`] has passed
+    /// (after which the attempt record it needs may be gone), backing off between tries of
+    /// transient errors. Its reply, or the error that ended the tries.
+    pub(crate) async fn undo_until_done(&self, call: impl Fn() -> Call) -> Result<Value> {
+        let give_up = Instant::now() + UNDO_FOR;
+        let mut pause = OUTAGE_BACKOFF.0;
+        loop {
+            let (reply, _) = self.engine.send_confirmed(call(), &self.raw).await;
+            match reply.map_err(|e| map_redis_error(e, &self.name)) {
+                Err(error) if error.is_retryable() && Instant::now() + pause < give_up => {
+                    tracing::debug!(%error, "undoing an unanswered acquire failed; retrying");
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(OUTAGE_BACKOFF.1);
+                }
+                done => return done,
+            }
+        }
+    }
+}
+
+/// A script's integer reply; anything else is unexpected.
+pub(crate) fn int_reply(script: &'static Script, reply: Value) -> Result<i64> {
+    match reply {
+        Value::Integer(n) => Ok(n),
+        other => Err(Error::UnexpectedReply {
+            script: script.name,
+            detail: format!("{other:?}"),
+        }),
+    }
+}
