@@ -27,6 +27,7 @@ use fred::interfaces::KeysInterface;
 use redisson_lock::{Error, FencedGuard, LockClient, LockGuard, LockOwner, ReadGuard, WriteGuard};
 
 pub use super::resource::{read_resource, resource_keys, write_resource, Write};
+#[allow(unused_imports)] // Not every binary that runs the workload totals it.
 pub use super::tally::{Tally, Totals};
 use super::RedisServer;
 
