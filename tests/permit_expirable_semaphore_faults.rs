@@ -376,13 +376,7 @@ async fn least_privilege_user_uses_it() {
 /// and gives exactly its permits back on the master.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_acquisition_no_replica_confirms_is_given_back() {
-    let master = RedisServer::start_with_args(&[
-        "--repl-diskless-sync",
-        "yes",
-        "--repl-diskless-sync-delay",
-        "0",
-    ]);
-    let replica = support::topology::start_replica_of(&master);
+    let (master, replica) = support::topology::replicated();
     let c = deployment_client(&master.url(), |b| {
         b.wait_for_replicas(Some(Duration::from_millis(300)))
     })

@@ -504,13 +504,7 @@ async fn least_privilege_user_uses_a_semaphore() {
 /// and gives its permits back on the master (a failover could have lost the write).
 #[tokio::test]
 async fn an_acquisition_no_replica_confirms_is_given_back() {
-    let master = RedisServer::start_with_args(&[
-        "--repl-diskless-sync",
-        "yes",
-        "--repl-diskless-sync-delay",
-        "0",
-    ]);
-    let replica = support::topology::start_replica_of(&master);
+    let (master, replica) = support::topology::replicated();
     let c = deployment_client(&master.url(), |b| {
         b.wait_for_replicas(Some(Duration::from_millis(300)))
     })
