@@ -4,10 +4,8 @@ use super::*;
 
 #[tokio::test]
 async fn a_hold_written_by_java_excludes_us() {
-    let server = RedisServer::start();
-    let c = client(&server).await;
     let name = "java-held";
-    let lock = c.fair_lock(name).unwrap();
+    let (server, c, lock) = on_a_new_server(name).await;
     let java = java_owner(7);
     server.command(&["HSET", name, &java, "1"]);
     server.command(&["PEXPIRE", name, "30000"]);
@@ -31,10 +29,8 @@ async fn a_hold_written_by_java_excludes_us() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_java_waiter_ahead_is_honoured_and_a_java_unlock_message_wakes_us() {
-    let server = RedisServer::start();
-    let c = client(&server).await;
     let name = "java-queued";
-    let lock = c.fair_lock(name).unwrap();
+    let (server, c, lock) = on_a_new_server(name).await;
     let java = java_owner(8);
     let java_deadline = now_ms() + 10_000;
     enqueue_java(&server, name, &java, java_deadline);

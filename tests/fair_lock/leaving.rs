@@ -132,10 +132,8 @@ async fn a_waiter_dropped_while_its_replica_count_is_read_leaves_the_queue() {
 /// to the other, which keeps its turn ahead of a waiter that came later.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_task_giving_up_leaves_its_owners_place_to_the_others() {
-    let server = RedisServer::start();
-    let c = client(&server).await;
     let name = "shared-place";
-    let lock = c.fair_lock(name).unwrap();
+    let (server, c, lock) = on_a_new_server(name).await;
     let held = (lock.clone().with_lease(fixed(30_000)))
         .lock(&c.new_owner())
         .await

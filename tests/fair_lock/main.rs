@@ -66,6 +66,14 @@ fn enqueue_java(server: &RedisServer, name: &str, field: &str, deadline: i64) {
     server.command(&["ZADD", &timeouts_key(name), &deadline.to_string(), field]);
 }
 
+/// A new server, a client of it, and the fair lock `name` there.
+async fn on_a_new_server(name: &str) -> (RedisServer, LockClient, FairLock) {
+    let server = RedisServer::start();
+    let c = client(&server).await;
+    let lock = c.fair_lock(name).unwrap();
+    (server, c, lock)
+}
+
 /// Takes `lock` for a new owner of `c` with a fixed 30 s lease, which nothing renews.
 async fn held_30_s(c: &LockClient, lock: &FairLock) -> LockGuard {
     lock.clone()

@@ -30,10 +30,8 @@ async fn waiters_of_two_clients_get_the_lock_in_queue_order() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_timed_out_waiter_leaves_at_once_and_moves_the_others_up() {
-    let server = RedisServer::start();
-    let c = client(&server).await;
     let name = "gives-up";
-    let lock = c.fair_lock(name).unwrap();
+    let (server, c, lock) = on_a_new_server(name).await;
     let held = held_30_s(&c, &lock).await;
 
     // Long enough for the others to queue behind it on a loaded machine.
@@ -86,10 +84,8 @@ async fn a_timed_out_waiter_leaves_at_once_and_moves_the_others_up() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_dropped_lock_future_leaves_the_queue_and_holds_nothing() {
-    let server = RedisServer::start();
-    let c = client(&server).await;
     let name = "dropped";
-    let lock = c.fair_lock(name).unwrap();
+    let (server, c, lock) = on_a_new_server(name).await;
     let held = held_30_s(&c, &lock).await;
 
     let dropped = c.new_owner();
@@ -135,10 +131,8 @@ async fn a_dropped_lock_future_leaves_the_queue_and_holds_nothing() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_head_that_leaves_a_free_lock_wakes_the_next_waiter() {
-    let server = RedisServer::start();
-    let c = client(&server).await;
     let name = "head-leaves";
-    let lock = c.fair_lock(name).unwrap();
+    let (server, c, lock) = on_a_new_server(name).await;
     let held = held_30_s(&c, &lock).await;
     // A fixed lease: nothing renews, so the server's script count is the waiters' attempts.
     let before = evalsha_calls(&server);
@@ -235,10 +229,8 @@ async fn waiting_behind_a_dead_head_on_a_free_lock_backs_off_instead_of_spinning
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_head_is_woken_on_its_own_channel_long_before_the_ttl() {
-    let server = RedisServer::start();
-    let c = client(&server).await;
     let name = "handoff";
-    let lock = c.fair_lock(name).unwrap();
+    let (server, c, lock) = on_a_new_server(name).await;
     let held = held_30_s(&c, &lock).await;
 
     // A fixed lease: nothing renews, so the server's script count is the waiter's attempts.

@@ -122,10 +122,8 @@ async fn deadlines_move_up_by_the_wait_of_each_waiter_that_acquires() {
 /// testTryLockNonDelayed: a failed timed try leaves the queue, so a later try succeeds.
 #[tokio::test]
 async fn a_failed_timed_try_does_not_delay_a_later_try() {
-    let server = RedisServer::start();
-    let c = client(&server).await;
     let name = "non-delayed";
-    let lock = c.fair_lock(name).unwrap();
+    let (server, c, lock) = on_a_new_server(name).await;
     let (t1, t2, main) = (c.new_owner(), c.new_owner(), c.new_owner());
     let held = lock.try_lock(&t1).await.unwrap().unwrap();
     assert!(lock
