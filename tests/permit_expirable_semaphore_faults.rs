@@ -296,10 +296,8 @@ async fn on_a_cluster_a_waiter_wakes_on_release() {
 #[cfg(feature = "blocking")]
 #[test]
 fn blocking_twin_shares_the_permits() {
-    use redisson_lock::blocking;
     let server = RedisServer::start();
-    let builder = LockClient::builder().url(&server.url());
-    let client = blocking::LockClient::build(builder).unwrap();
+    let client = default_blocking_client(&server);
     let name = "pes-blocking";
     let sem = client.permit_expirable_semaphore(name).unwrap();
     assert!(sem.try_set_permits(2).unwrap());

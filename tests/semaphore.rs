@@ -402,10 +402,8 @@ async fn bad_input_fails_clearly() {
 #[cfg(feature = "blocking")]
 #[test]
 fn blocking_twin_shares_the_permits() {
-    use redisson_lock::blocking;
     let server = RedisServer::start();
-    let builder = LockClient::builder().url(&server.url());
-    let client = blocking::LockClient::build(builder).unwrap();
+    let client = default_blocking_client(&server);
     let name = "sem-blocking";
     let sem = client.semaphore(name).unwrap();
     assert!(sem.try_set_permits(2).unwrap());
