@@ -328,10 +328,8 @@ async fn bad_input_fails_clearly() {
 #[cfg(feature = "blocking")]
 #[test]
 fn blocking_twin_shares_the_count() {
-    use redisson_lock::blocking;
     let server = RedisServer::start();
-    let builder = LockClient::builder().url(&server.url());
-    let client = blocking::LockClient::build(builder).unwrap();
+    let client = default_blocking_client(&server);
     let name = "latch-blocking";
     let latch = client.count_down_latch(name).unwrap();
     assert_eq!(latch.name(), name);

@@ -10,20 +10,8 @@ use std::time::Duration;
 
 use redisson_lock::{Error, LockClient, LockClientBuilder};
 use support::proxy::{FaultProxy, Net};
-use support::topology::{start_replica_of, start_replica_via};
+use support::topology::{replicated, start_replica_via, start_replicated_master};
 use support::*;
-
-/// A master with one replica in sync.
-fn replicated() -> (RedisServer, RedisServer) {
-    let master = RedisServer::start_with_args(&[
-        "--repl-diskless-sync",
-        "yes",
-        "--repl-diskless-sync-delay",
-        "0",
-    ]);
-    let replica = start_replica_of(&master);
-    (master, replica)
-}
 
 async fn client_of(
     master: &RedisServer,
@@ -238,12 +226,7 @@ async fn an_acquisition_no_replica_confirms_is_undone() {
 /// acquisitions go ahead. A replica that stops replicating for good is no longer waited for.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replica_cut_off_from_its_master_confirms_nothing() {
-    let master = RedisServer::start_with_args(&[
-        "--repl-diskless-sync",
-        "yes",
-        "--repl-diskless-sync-delay",
-        "0",
-    ]);
+    let master = start_replicated_master();
     let link = FaultProxy::start(master.port()).await;
     let replica = tokio::task::block_in_place(|| start_replica_via(&master, link.port()));
     let client = client_of(&master, |b| {

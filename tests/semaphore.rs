@@ -402,10 +402,8 @@ async fn bad_input_fails_clearly() {
 #[cfg(feature = "blocking")]
 #[test]
 fn blocking_twin_shares_the_permits() {
-    use redisson_lock::blocking;
     let server = RedisServer::start();
-    let builder = LockClient::builder().url(&server.url());
-    let client = blocking::LockClient::build(builder).unwrap();
+    let client = default_blocking_client(&server);
     let name = "sem-blocking";
     let sem = client.semaphore(name).unwrap();
     assert!(sem.try_set_permits(2).unwrap());
@@ -504,13 +502,7 @@ async fn least_privilege_user_uses_a_semaphore() {
 /// and gives its permits back on the master (a failover could have lost the write).
 #[tokio::test]
 async fn an_acquisition_no_replica_confirms_is_given_back() {
-    let master = RedisServer::start_with_args(&[
-        "--repl-diskless-sync",
-        "yes",
-        "--repl-diskless-sync-delay",
-        "0",
-    ]);
-    let replica = support::topology::start_replica_of(&master);
+    let (master, replica) = support::topology::replicated();
     let c = deployment_client(&master.url(), |b| {
         b.wait_for_replicas(Some(Duration::from_millis(300)))
     })

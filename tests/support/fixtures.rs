@@ -23,3 +23,10 @@ pub async fn take_and_release(lock: &Lock, owner: &LockOwner) {
     let guard = lock.try_lock(owner).await.unwrap();
     guard.expect("the lock is free").unlock().await.unwrap();
 }
+
+/// A blocking client of `server` with the default settings, for the blocking twins' tests.
+#[cfg(feature = "blocking")]
+pub fn default_blocking_client(server: &super::RedisServer) -> redisson_lock::blocking::LockClient {
+    let builder = LockClient::builder().url(&server.url());
+    redisson_lock::blocking::LockClient::build(builder).unwrap()
+}

@@ -7,7 +7,9 @@ pub mod listener;
 pub mod lua;
 pub mod process;
 pub mod proxy;
+pub mod resource;
 pub mod server;
+pub mod tally;
 pub mod topology;
 pub mod workload;
 

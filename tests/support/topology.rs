@@ -470,6 +470,19 @@ impl SentinelSetup {
     }
 }
 
+/// A master with the replication settings every replicated test server gets, for replicas
+/// to follow.
+pub fn start_replicated_master() -> RedisServer {
+    RedisServer::start_with_args(&REPLICATION)
+}
+
+/// A master with one replica in sync.
+pub fn replicated() -> (RedisServer, RedisServer) {
+    let master = start_replicated_master();
+    let replica = start_replica_of(&master);
+    (master, replica)
+}
+
 /// A replica of `master`, in sync. `DEBUG SLEEP` pauses it.
 pub fn start_replica_of(master: &RedisServer) -> RedisServer {
     start_replica_via(master, master.port())

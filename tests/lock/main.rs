@@ -1,0 +1,16 @@
+//! The reentrant lock's behaviour against a real redis-server.
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod holding;
+mod lifecycle;
+mod queries_and_arguments;
+mod releasing;
+mod waiting;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use redisson_lock::{Error, Lease, LockClient, LockGuard};
+use support::*;
