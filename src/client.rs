@@ -7,13 +7,13 @@ use std::sync::Arc;
 use fred::clients::Client;
 use uuid::Uuid;
 
+use crate::core::kind::Kind;
 use crate::core::owner::LockOwner;
 use crate::engine::Engine;
 #[cfg(doc)]
 use crate::error::Error;
 use crate::error::Result;
 use crate::inspect::{self, FoundLocks, LockState};
-use crate::kind::Kind;
 use crate::locks::exclusive::ExclusiveLock;
 use crate::locks::fair_lock::FairLock;
 use crate::locks::fenced_lock::FencedLock;

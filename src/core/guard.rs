@@ -12,6 +12,7 @@ use tokio::time::Instant;
 use std::fmt;
 
 use crate::core::background::spawn_or;
+use crate::core::kind::{HoldKind, Plain};
 use crate::core::lease::Lease;
 use crate::core::observe;
 use crate::core::owner::LockOwner;
@@ -22,7 +23,6 @@ use crate::core::time::{lease_end, millis};
 use crate::core::watchdog::{HoldKey, Leaving, Ticket, Watchdog};
 use crate::engine::Engine;
 use crate::error::{Error, Result};
-use crate::kind::{HoldKind, Plain};
 
 /// One guard's part in its hold: its entry in the client's registry of holds (renewed by
 /// the watchdog, or with a fixed lease), and the news that the hold is lost. The guard

@@ -16,6 +16,7 @@ use crate::core::attempt::Taken;
 use crate::core::attempt::{Attempt, InFlight};
 use crate::core::guard::{Finishing, Holding, LockGuard, Renewal};
 use crate::core::keys::LockKeys;
+use crate::core::kind::HoldKind;
 use crate::core::lease::Lease;
 use crate::core::observe::{self, Since};
 use crate::core::owner::LockOwner;
@@ -26,7 +27,6 @@ use crate::core::time::millis;
 use crate::core::wait::{self, Wait, WaitStrategy, Wake};
 use crate::engine::Engine;
 use crate::error::{map_redis_error, Error, Result};
-use crate::kind::HoldKind;
 
 /// One lock of one kind, with the lease and wait strategy of the holds it takes. Cheap to
 /// clone; every public handle wraps one (two for the read-write lock).

@@ -3,8 +3,6 @@
 use std::fmt;
 use std::time::Duration;
 
-#[cfg(doc)]
-use crate::core::guard::LockGuard;
 use crate::core::time::millis;
 use crate::engine::Engine;
 use crate::error::{Error, Result};
@@ -33,7 +31,7 @@ impl Lease {
     /// A hold that expires after `lease` unless released earlier (Redisson's `leaseTime`).
     /// It is never renewed: after it runs out another owner may take the lock while this one
     /// still works. Counted in whole milliseconds. Its guard counts it as ended 5 ms early
-    /// (see [`LockGuard::lease_lost`]); a lease that short is lost as soon as it is taken.
+    /// (see [`LockGuard::lease_lost`](crate::LockGuard::lease_lost)); a lease that short is lost as soon as it is taken.
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] when `lease` is under one millisecond or longer than

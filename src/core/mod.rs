@@ -8,6 +8,7 @@ pub(crate) mod backoff;
 pub(crate) mod guard;
 pub(crate) mod handle;
 pub(crate) mod keys;
+pub(crate) mod kind;
 pub(crate) mod latches;
 pub(crate) mod lease;
 pub(crate) mod observe;

@@ -11,12 +11,12 @@ use std::time::Duration;
 
 use crate::core::guard::LockGuard;
 use crate::core::handle::Handle;
+use crate::core::kind::Kind;
 use crate::core::lease::Lease;
 use crate::core::owner::LockOwner;
 use crate::core::wait::WaitStrategy;
 use crate::engine::Engine;
 use crate::error::Result;
-use crate::kind::Kind;
 
 /// A distributed exclusive lock of kind `K`, shared with Java's Redisson lock of the same
 /// name and kind. Everyday code names it by its alias: [`Lock`](crate::Lock),
@@ -44,7 +44,7 @@ impl<K: Kind> Clone for ExclusiveLock<K> {
 impl<K: Kind> ExclusiveLock<K> {
     pub(crate) fn new(engine: Arc<Engine>, name: &str) -> Result<ExclusiveLock<K>> {
         Ok(ExclusiveLock {
-            inner: K::handle(engine, name)?,
+            inner: Handle::new(engine, name, K::protocol())?,
             kind: PhantomData,
         })
     }

@@ -15,9 +15,9 @@ use crate::core::background::spawn_or;
 use crate::core::backoff::{queue_exit_pause, Pace};
 #[cfg(doc)]
 use crate::core::guard::LockGuard;
-use crate::core::handle::Handle;
 use crate::core::keys::Str;
 use crate::core::keys::{LockKeys, UNLOCK_MESSAGE};
+use crate::core::kind::{sealed, Kind, Plain};
 use crate::core::owner::LockOwner;
 use crate::core::protocol::{Exit, OnTheWire, Place, Protocol, Target, WaitMark};
 use crate::core::release::latch_ttl;
@@ -27,10 +27,7 @@ use crate::core::script::{
 };
 use crate::core::time::{epoch_millis, millis};
 use crate::core::wait::Wait;
-use crate::engine::Engine;
 use crate::error::Error;
-use crate::error::Result;
-use crate::kind::{sealed, Kind, Plain};
 use crate::locks::exclusive::ExclusiveLock;
 #[cfg(doc)]
 use crate::locks::lock::Lock;
@@ -87,8 +84,8 @@ impl Kind for Fair {
 impl sealed::Kind for Fair {
     const HANDLE: &'static str = "FairLock";
 
-    fn handle(engine: Arc<Engine>, name: &str) -> Result<Handle> {
-        Handle::new(engine, name, Fair)
+    fn protocol() -> impl Protocol {
+        Fair
     }
 }
 

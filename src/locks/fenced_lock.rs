@@ -2,21 +2,17 @@
 //! channel, releases, renewal and waiting, with an acquire script that also takes a token
 //! from `redisson_lock_token:{name}` with every hold.
 
-use std::sync::Arc;
-
 use fred::types::Value;
 
 use crate::core::attempt::Attempt;
 use crate::core::attempt::Taken;
 use crate::core::guard::LockGuard;
-use crate::core::handle::Handle;
+use crate::core::kind::{sealed, HoldKind, Kind};
 use crate::core::owner::LockOwner;
 use crate::core::protocol::{read_taken, Answer, Protocol, Target};
 use crate::core::script::{Call, FENCED_ACQUIRE};
 use crate::core::wait::Wait;
-use crate::engine::Engine;
 use crate::error::{Error, Result};
-use crate::kind::{sealed, HoldKind, Kind};
 use crate::locks::exclusive::ExclusiveLock;
 #[cfg(doc)]
 use crate::locks::lock::Lock;
@@ -147,8 +143,8 @@ impl Kind for Fenced {
 impl sealed::Kind for Fenced {
     const HANDLE: &'static str = "FencedLock";
 
-    fn handle(engine: Arc<Engine>, name: &str) -> Result<Handle> {
-        Handle::new(engine, name, Fenced)
+    fn protocol() -> impl Protocol {
+        Fenced
     }
 }
 

@@ -3,19 +3,14 @@
 
 use fred::types::Value;
 
-use std::sync::Arc;
-
 #[cfg(doc)]
 use crate::core::guard::LockGuard;
-use crate::core::handle::Handle;
 use crate::core::keys::UNLOCK_MESSAGE;
+use crate::core::kind::{sealed, Kind, Plain};
 use crate::core::owner::LockOwner;
 use crate::core::protocol::{Protocol, Target};
 use crate::core::script::{static_arg, Call, LOCK_ACQUIRE, LOCK_FORCE_RELEASE, LOCK_RELEASE};
 use crate::core::wait::Wait;
-use crate::engine::Engine;
-use crate::error::Result;
-use crate::kind::{sealed, Kind, Plain};
 use crate::locks::exclusive::ExclusiveLock;
 
 /// A reentrant distributed lock, shared with Java's `RLock` of the same name.
@@ -55,8 +50,8 @@ impl Kind for Reentrant {
 impl sealed::Kind for Reentrant {
     const HANDLE: &'static str = "Lock";
 
-    fn handle(engine: Arc<Engine>, name: &str) -> Result<Handle> {
-        Handle::new(engine, name, Reentrant)
+    fn protocol() -> impl Protocol {
+        Reentrant
     }
 }
 

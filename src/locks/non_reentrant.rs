@@ -10,17 +10,15 @@ use fred::types::Value;
 
 use crate::core::attempt::Attempt;
 use crate::core::attempt::Taken;
-use crate::core::handle::Handle;
 use crate::core::keys::Str;
 use crate::core::keys::{LockKeys, NON_REENTRANT_REACQUIRE};
+use crate::core::kind::{sealed, Kind, Plain};
 use crate::core::owner::LockOwner;
 use crate::core::protocol::{Answer, Place, Protocol, Target};
 use crate::core::script::{BoxFuture, Call};
 use crate::core::wait::{Wait, WaitStrategy};
 use crate::core::watchdog::Renew;
-use crate::engine::Engine;
 use crate::error::{Error, Result};
-use crate::kind::{sealed, Kind, Plain};
 use crate::locks::exclusive::ExclusiveLock;
 use crate::locks::fair_lock::Fair;
 #[cfg(doc)]
@@ -77,8 +75,8 @@ impl Kind for NonReentrant {
 impl sealed::Kind for NonReentrant {
     const HANDLE: &'static str = "NonReentrantLock";
 
-    fn handle(engine: Arc<Engine>, name: &str) -> Result<Handle> {
-        Handle::new(engine, name, NoReentry(Reentrant, "non_reentrant_lock"))
+    fn protocol() -> impl Protocol {
+        NoReentry(Reentrant, "non_reentrant_lock")
     }
 }
 
@@ -95,8 +93,8 @@ impl Kind for NonReentrantFair {
 impl sealed::Kind for NonReentrantFair {
     const HANDLE: &'static str = "NonReentrantFairLock";
 
-    fn handle(engine: Arc<Engine>, name: &str) -> Result<Handle> {
-        Handle::new(engine, name, NoReentry(Fair, "non_reentrant_fair_lock"))
+    fn protocol() -> impl Protocol {
+        NoReentry(Fair, "non_reentrant_fair_lock")
     }
 }
 

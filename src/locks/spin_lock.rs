@@ -1,19 +1,14 @@
 //! The spin lock: Redisson's `RSpinLock` (protocol §8.1): the reentrant lock's hold,
 //! waited for by back-off instead of pub/sub, released without a message.
 
-use std::sync::Arc;
-
 use crate::core::backoff::Backoff;
 #[cfg(doc)]
 use crate::core::guard::LockGuard;
-use crate::core::handle::Handle;
+use crate::core::kind::{sealed, Kind, Plain};
 use crate::core::owner::LockOwner;
 use crate::core::protocol::{Protocol, Target};
 use crate::core::script::Call;
 use crate::core::wait::{Wait, WaitStrategy};
-use crate::engine::Engine;
-use crate::error::Result;
-use crate::kind::{sealed, Kind, Plain};
 use crate::locks::exclusive::ExclusiveLock;
 #[cfg(doc)]
 use crate::locks::lock::Lock;
@@ -79,8 +74,8 @@ impl Kind for Spin {
 impl sealed::Kind for Spin {
     const HANDLE: &'static str = "SpinLock";
 
-    fn handle(engine: Arc<Engine>, name: &str) -> Result<Handle> {
-        Handle::new(engine, name, Spin)
+    fn protocol() -> impl Protocol {
+        Spin
     }
 }
 

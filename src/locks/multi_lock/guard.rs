@@ -10,10 +10,10 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 use crate::core::guard::LockGuard;
+use crate::core::kind::Member;
 #[cfg(doc)]
 use crate::error::Error;
 use crate::error::Result;
-use crate::kind::Member;
 #[cfg(doc)]
 use crate::locks::multi_lock::RedLock;
 
