@@ -9,10 +9,10 @@ use fred::interfaces::ClientLike;
 use fred::types::config::{Config, ReconnectPolicy};
 use fred::types::{Builder, ConnectHandle};
 
+use crate::base::error::{Error, Result};
 use crate::client::LockClient;
 use crate::core::lease::Lease;
 use crate::engine::{Engine, Settings};
-use crate::error::{Error, Result};
 #[cfg(doc)]
 use crate::locks::fair_lock::FairLock;
 use crate::topology::connection_name;

@@ -7,12 +7,12 @@ use std::sync::Arc;
 use fred::clients::Client;
 use uuid::Uuid;
 
-use crate::core::kind::Kind;
-use crate::core::owner::LockOwner;
-use crate::engine::Engine;
 #[cfg(doc)]
-use crate::error::Error;
-use crate::error::Result;
+use crate::base::error::Error;
+use crate::base::error::Result;
+use crate::base::owner::LockOwner;
+use crate::core::kind::Kind;
+use crate::engine::Engine;
 use crate::inspect::{self, FoundLocks, LockState};
 use crate::locks::exclusive::ExclusiveLock;
 use crate::locks::fair_lock::FairLock;
@@ -23,6 +23,7 @@ use crate::locks::non_reentrant::{NonReentrantFairLock, NonReentrantLock};
 use crate::locks::rw_lock::ReadWriteLock;
 use crate::locks::spin_lock::SpinLock;
 use crate::synchronizers::count_down_latch::CountDownLatch;
+use crate::synchronizers::expirable_semaphore::PermitExpirableSemaphore;
 use crate::synchronizers::semaphore::Semaphore;
 
 /// A connection to Redis for locks: one command connection, one subscriber connection, one
@@ -134,11 +135,8 @@ impl LockClient {
     /// [`PermitExpirableSemaphore`](crate::PermitExpirableSemaphore). Names are checked as
     /// for [`lock`](LockClient::lock). Do not give a lock, a latch or a
     /// [`semaphore`](LockClient::semaphore) the same name.
-    pub fn permit_expirable_semaphore(
-        &self,
-        name: &str,
-    ) -> Result<crate::PermitExpirableSemaphore> {
-        crate::PermitExpirableSemaphore::new(self.engine.clone(), name)
+    pub fn permit_expirable_semaphore(&self, name: &str) -> Result<PermitExpirableSemaphore> {
+        PermitExpirableSemaphore::new(self.engine.clone(), name)
     }
 
     /// A handle on the fair lock `name` (Redisson's `getFairLock(name)`). No I/O.

@@ -17,6 +17,7 @@
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 #![deny(rustdoc::broken_intra_doc_links)]
 
+mod base;
 #[cfg(feature = "blocking")]
 #[cfg_attr(docsrs, doc(cfg(feature = "blocking")))]
 pub mod blocking;
@@ -24,21 +25,20 @@ mod builder;
 mod client;
 mod core;
 mod engine;
-mod error;
 pub mod inspect;
 pub mod kind;
 mod locks;
 mod synchronizers;
 mod topology;
 
+pub use base::backoff::Backoff;
+pub use base::error::{Error, Result};
+pub use base::owner::LockOwner;
 pub use builder::LockClientBuilder;
 pub use client::LockClient;
-pub use core::backoff::Backoff;
 pub use core::guard::LockGuard;
 pub use core::lease::Lease;
-pub use core::owner::LockOwner;
 pub use core::wait::WaitStrategy;
-pub use error::{Error, Result};
 pub use locks::exclusive::ExclusiveLock;
 pub use locks::fair_lock::FairLock;
 pub use locks::fenced_lock::{FencedGuard, FencedLock};

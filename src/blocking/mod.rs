@@ -40,10 +40,10 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::base::error::{Error, Result};
+use crate::base::owner::LockOwner;
 use crate::core::lease::Lease;
-use crate::core::owner::LockOwner;
 use crate::core::wait::WaitStrategy;
-use crate::error::{Error, Result};
 use crate::inspect::{FoundLocks, LockState};
 use crate::kind::{
     Fair, Fenced, HoldKind, Kind, NonReentrant, NonReentrantFair, Plain, ReadHold, Reentrant, Spin,

@@ -8,9 +8,9 @@ use std::time::Duration;
 
 use fred::types::Value;
 
-use crate::core::background::spawn_or;
-use crate::core::script::{BoxFuture, Script};
-use crate::error::{Error, Result};
+use crate::base::background::spawn_or;
+use crate::base::error::{Error, Result};
+use crate::topology::script::{BoxFuture, Script};
 
 /// The outcome of one acquire script.
 pub(crate) enum Attempt<T> {
@@ -153,7 +153,7 @@ impl<T: Send + 'static, O: Orphan<T>> Drop for InFlight<T, O> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::script::{FENCED_ACQUIRE, LOCK_ACQUIRE};
+    use crate::topology::script::{FENCED_ACQUIRE, LOCK_ACQUIRE};
 
     fn read(items: Vec<Value>) -> Option<Reply> {
         Reply::read(&LOCK_ACQUIRE, Value::Array(items)).ok()

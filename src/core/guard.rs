@@ -11,18 +11,18 @@ use tokio::time::Instant;
 
 use std::fmt;
 
-use crate::core::background::spawn_or;
+use crate::base::background::spawn_or;
+use crate::base::error::{Error, Result};
+use crate::base::observe;
+use crate::base::owner::LockOwner;
+use crate::base::time::{lease_end, millis};
 use crate::core::kind::{HoldKind, Plain};
 use crate::core::lease::Lease;
-use crate::core::observe;
-use crate::core::owner::LockOwner;
 use crate::core::protocol::Target;
 use crate::core::release::{release_settled, By, Released};
-use crate::core::script::{boxed_in_place, BoxFuture};
-use crate::core::time::{lease_end, millis};
-use crate::core::watchdog::{HoldKey, Leaving, Ticket, Watchdog};
+use crate::engine::watchdog::{HoldKey, Leaving, Ticket, Watchdog};
 use crate::engine::Engine;
-use crate::error::{Error, Result};
+use crate::topology::script::{boxed_in_place, BoxFuture};
 
 /// One guard's part in its hold: its entry in the client's registry of holds (renewed by
 /// the watchdog, or with a fixed lease), and the news that the hold is lost. The guard

@@ -12,21 +12,21 @@ use fred::types::Value;
 use tokio::time::Instant;
 use tracing::Instrument;
 
+use crate::base::error::{map_redis_error, Error, Result};
+use crate::base::keys::LockKeys;
+use crate::base::observe::{self, Since};
+use crate::base::owner::LockOwner;
+use crate::base::time::millis;
 use crate::core::attempt::Taken;
 use crate::core::attempt::{Attempt, InFlight};
 use crate::core::guard::{Finishing, Holding, LockGuard, Renewal};
-use crate::core::keys::LockKeys;
 use crate::core::kind::HoldKind;
 use crate::core::lease::Lease;
-use crate::core::observe::{self, Since};
-use crate::core::owner::LockOwner;
 use crate::core::protocol::{Answer, OnTheWire, Place, Protocol, Target};
 use crate::core::release::{release, release_settled, replicated, By, Released};
-use crate::core::script::boxed_in_place;
-use crate::core::time::millis;
 use crate::core::wait::{self, Wait, WaitStrategy, Wake};
 use crate::engine::Engine;
-use crate::error::{map_redis_error, Error, Result};
+use crate::topology::script::boxed_in_place;
 
 /// One lock of one kind, with the lease and wait strategy of the holds it takes. Cheap to
 /// clone; every public handle wraps one (two for the read-write lock).

@@ -3,9 +3,9 @@
 use std::fmt;
 use std::time::Duration;
 
-use crate::core::time::millis;
+use crate::base::error::{Error, Result};
+use crate::base::time::millis;
 use crate::engine::Engine;
-use crate::error::{Error, Result};
 
 /// How long a hold lasts without being released: renewed by the watchdog, or a fixed
 /// time. A `Lease` is checked when it is made, so every value is one the scripts accept.

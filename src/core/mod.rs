@@ -3,20 +3,10 @@
 //! it runs.
 
 pub(crate) mod attempt;
-pub(crate) mod background;
-pub(crate) mod backoff;
 pub(crate) mod guard;
 pub(crate) mod handle;
-pub(crate) mod keys;
 pub(crate) mod kind;
-pub(crate) mod latches;
 pub(crate) mod lease;
-pub(crate) mod observe;
-pub(crate) mod owner;
 pub(crate) mod protocol;
 pub(crate) mod release;
-pub(crate) mod script;
-pub(crate) mod time;
 pub(crate) mod wait;
-pub(crate) mod waiters;
-pub(crate) mod watchdog;

@@ -15,16 +15,16 @@ use fred::types::Value;
 use parking_lot::Mutex;
 use tokio::sync::{OwnedRwLockReadGuard, RwLock};
 
+use crate::base::backoff::Pace;
+use crate::base::error::{map_redis_error, Error, Result};
+use crate::base::keys::{LockKeys, Str};
+use crate::base::owner::LockOwner;
 use crate::core::attempt::{Attempt, Reply, Taken};
-use crate::core::backoff::Pace;
-use crate::core::keys::{LockKeys, Str};
-use crate::core::owner::LockOwner;
-use crate::core::script::{static_arg, BoxFuture, Call, Script};
 use crate::core::wait::{Wait, WaitStrategy};
-use crate::core::watchdog::{HoldKey, Renew};
+use crate::engine::watchdog::{HoldKey, Renew};
 use crate::engine::Engine;
-use crate::error::{map_redis_error, Error, Result};
 use crate::topology::pubsub::{unlock_messages, Messages};
+use crate::topology::script::{static_arg, BoxFuture, Call, Script};
 
 /// What an acquire attempt got: the script's `reply`, with what it was sent for, which
 /// errors name.

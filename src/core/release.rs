@@ -7,16 +7,16 @@ use std::time::Duration;
 use fred::types::Value;
 use tracing::Instrument;
 
-use crate::core::backoff::{release_resend_pause, RELEASE_SENDS};
-use crate::core::latches::Latch;
-use crate::core::observe;
-use crate::core::owner::LockOwner;
+use crate::base::backoff::{release_resend_pause, RELEASE_SENDS};
+use crate::base::error::{Error, Result};
+use crate::base::observe;
+use crate::base::owner::LockOwner;
+use crate::base::time::millis;
 use crate::core::protocol::Target;
-use crate::core::script::nil_or_int;
-use crate::core::time::millis;
+use crate::engine::latches::Latch;
 use crate::engine::Engine;
-use crate::error::{Error, Result};
 use crate::topology::replicas::Confirmation;
+use crate::topology::script::nil_or_int;
 
 /// What a release did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,6 +1,6 @@
 //! Waiting: the wait loop every lock kind shares (protocol §3.9, §3.10), and how a waiter
 //! learns it may try again (pub/sub wake-ups, or spinning by a back-off, §8.1). Every
-//! pause between two tries lives in [`backoff`](crate::core::backoff).
+//! pause between two tries lives in [`backoff`](crate::base::backoff).
 
 use std::future::Future;
 use std::time::Duration;
@@ -8,14 +8,14 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tracing::Instrument;
 
+use crate::base::backoff::{Backoff, Delays, OUTAGE_BACKOFF, POLL_WITHOUT_MESSAGES};
+use crate::base::error::{Error, Result};
+use crate::base::observe;
+use crate::base::time::deadline_after;
 use crate::core::attempt::Attempt;
-use crate::core::backoff::{Backoff, Delays, OUTAGE_BACKOFF, POLL_WITHOUT_MESSAGES};
-use crate::core::observe;
-use crate::core::time::deadline_after;
-use crate::core::waiters::{Moment, Ticket};
 use crate::engine::Engine;
-use crate::error::{Error, Result};
 use crate::topology::pubsub::{unlock_messages, Messages, Subscription};
+use crate::topology::waiters::{Moment, Ticket};
 
 /// How a waiting call (`lock`, `try_lock_for`) learns that it may try again.
 ///
@@ -83,7 +83,7 @@ pub(crate) enum Wake<'a> {
 /// mid-flight (see [`InFlight`](crate::core::attempt::InFlight)). Returns `Ok(None)` when `deadline` passed.
 ///
 /// Local waiters are woken in the order they began to wait, and keep their place until they
-/// get the lock (see [`Waiters`](crate::core::waiters::Waiters)). A wake-up is never lost: a waiter
+/// get the lock (see [`Waiters`](crate::topology::waiters::Waiters)). A wake-up is never lost: a waiter
 /// woken by a message makes one more attempt even when its deadline has passed meanwhile,
 /// and one that ends without an attempt after the wake-up (an error, the future dropped)
 /// passes it on to another local waiter.

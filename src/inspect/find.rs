@@ -5,9 +5,9 @@ use fred::interfaces::ClientLike;
 use fred::types::config::Server;
 use fred::types::{ClusterHash, CustomCommand, Value};
 
-use crate::core::keys;
+use crate::base::error::{Error, Result};
+use crate::base::keys;
 use crate::engine::Engine;
-use crate::error::{Error, Result};
 
 use super::{array, inspect, text, FoundLocks, HoldMode};
 

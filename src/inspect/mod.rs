@@ -10,12 +10,12 @@ use fred::interfaces::ClientLike;
 use fred::types::{ClusterHash, CustomCommand, Value};
 use uuid::Uuid;
 
-use crate::core::keys::{self, LockKeys, MODE_FIELD, WRITE_MODE};
-use crate::core::owner::LockOwner;
-use crate::core::script::{Call, INSPECT};
+use crate::base::error::{Error, Result};
+use crate::base::keys::{self, LockKeys, MODE_FIELD, WRITE_MODE};
+use crate::base::owner::LockOwner;
 use crate::engine::Engine;
-use crate::error::{Error, Result};
 use crate::topology::connection_name::{masters, CONNECTION_NAME_PREFIX};
+use crate::topology::script::{Call, INSPECT};
 
 mod find;
 

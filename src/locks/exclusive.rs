@@ -9,14 +9,14 @@ use std::marker::PhantomData;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::base::error::Result;
+use crate::base::owner::LockOwner;
 use crate::core::guard::LockGuard;
 use crate::core::handle::Handle;
 use crate::core::kind::Kind;
 use crate::core::lease::Lease;
-use crate::core::owner::LockOwner;
 use crate::core::wait::WaitStrategy;
 use crate::engine::Engine;
-use crate::error::Result;
 
 /// A distributed exclusive lock of kind `K`, shared with Java's Redisson lock of the same
 /// name and kind. Everyday code names it by its alias: [`Lock`](crate::Lock),

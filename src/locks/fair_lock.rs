@@ -11,26 +11,26 @@ use tokio::time::Instant;
 
 use fred::types::Value;
 
-use crate::core::background::spawn_or;
-use crate::core::backoff::{queue_exit_pause, Pace};
+use crate::base::background::spawn_or;
+use crate::base::backoff::{queue_exit_pause, Pace};
+use crate::base::error::Error;
+use crate::base::keys::Str;
+use crate::base::keys::{LockKeys, UNLOCK_MESSAGE};
+use crate::base::owner::LockOwner;
+use crate::base::time::{epoch_millis, millis};
 #[cfg(doc)]
 use crate::core::guard::LockGuard;
-use crate::core::keys::Str;
-use crate::core::keys::{LockKeys, UNLOCK_MESSAGE};
 use crate::core::kind::{sealed, Kind, Plain};
-use crate::core::owner::LockOwner;
 use crate::core::protocol::{Exit, OnTheWire, Place, Protocol, Target, WaitMark};
 use crate::core::release::latch_ttl;
-use crate::core::script::{
-    static_arg, BoxFuture, Call, Script, FAIR_ACQUIRE, FAIR_ACQUIRE_FAILED, FAIR_FORCE_RELEASE,
-    FAIR_RELEASE,
-};
-use crate::core::time::{epoch_millis, millis};
 use crate::core::wait::Wait;
-use crate::error::Error;
 use crate::locks::exclusive::ExclusiveLock;
 #[cfg(doc)]
 use crate::locks::lock::Lock;
+use crate::topology::script::{
+    static_arg, BoxFuture, Call, Script, FAIR_ACQUIRE, FAIR_ACQUIRE_FAILED, FAIR_FORCE_RELEASE,
+    FAIR_RELEASE,
+};
 
 /// A reentrant distributed lock granted in order of arrival: FIFO, with a per-waiter
 /// timeout. Shared with Java's `RFairLock` of the same name.

@@ -4,19 +4,19 @@
 
 use fred::types::Value;
 
+use crate::base::error::{Error, Result};
+use crate::base::owner::LockOwner;
 use crate::core::attempt::Attempt;
 use crate::core::attempt::Taken;
 use crate::core::guard::LockGuard;
 use crate::core::kind::{sealed, HoldKind, Kind};
-use crate::core::owner::LockOwner;
 use crate::core::protocol::{read_taken, Answer, Protocol, Target};
-use crate::core::script::{Call, FENCED_ACQUIRE};
 use crate::core::wait::Wait;
-use crate::error::{Error, Result};
 use crate::locks::exclusive::ExclusiveLock;
 #[cfg(doc)]
 use crate::locks::lock::Lock;
 use crate::locks::lock::{force_release_call, release_call};
+use crate::topology::script::{Call, FENCED_ACQUIRE};
 
 /// A reentrant distributed lock whose every acquisition comes with a fencing token: a
 /// number larger than the token of any earlier acquisition of the same lock. Shared with

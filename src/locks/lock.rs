@@ -3,15 +3,15 @@
 
 use fred::types::Value;
 
+use crate::base::keys::UNLOCK_MESSAGE;
+use crate::base::owner::LockOwner;
 #[cfg(doc)]
 use crate::core::guard::LockGuard;
-use crate::core::keys::UNLOCK_MESSAGE;
 use crate::core::kind::{sealed, Kind, Plain};
-use crate::core::owner::LockOwner;
 use crate::core::protocol::{Protocol, Target};
-use crate::core::script::{static_arg, Call, LOCK_ACQUIRE, LOCK_FORCE_RELEASE, LOCK_RELEASE};
 use crate::core::wait::Wait;
 use crate::locks::exclusive::ExclusiveLock;
+use crate::topology::script::{static_arg, Call, LOCK_ACQUIRE, LOCK_FORCE_RELEASE, LOCK_RELEASE};
 
 /// A reentrant distributed lock, shared with Java's `RLock` of the same name.
 ///

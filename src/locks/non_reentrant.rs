@@ -8,22 +8,22 @@ use std::sync::Arc;
 
 use fred::types::Value;
 
+use crate::base::error::{Error, Result};
+use crate::base::keys::Str;
+use crate::base::keys::{LockKeys, NON_REENTRANT_REACQUIRE};
+use crate::base::owner::LockOwner;
 use crate::core::attempt::Attempt;
 use crate::core::attempt::Taken;
-use crate::core::keys::Str;
-use crate::core::keys::{LockKeys, NON_REENTRANT_REACQUIRE};
 use crate::core::kind::{sealed, Kind, Plain};
-use crate::core::owner::LockOwner;
 use crate::core::protocol::{Answer, Place, Protocol, Target};
-use crate::core::script::{BoxFuture, Call};
 use crate::core::wait::{Wait, WaitStrategy};
-use crate::core::watchdog::Renew;
-use crate::error::{Error, Result};
+use crate::engine::watchdog::Renew;
 use crate::locks::exclusive::ExclusiveLock;
 use crate::locks::fair_lock::Fair;
 #[cfg(doc)]
 use crate::locks::lock::Lock;
 use crate::locks::lock::Reentrant;
+use crate::topology::script::{BoxFuture, Call};
 
 /// A distributed lock that an owner can hold only once: taking it again while holding it
 /// fails at once with [`Error::WouldDeadlock`], instead of re-entering. Shared with Java's

@@ -1,18 +1,18 @@
 //! The spin lock: Redisson's `RSpinLock` (protocol §8.1): the reentrant lock's hold,
 //! waited for by back-off instead of pub/sub, released without a message.
 
-use crate::core::backoff::Backoff;
+use crate::base::backoff::Backoff;
+use crate::base::owner::LockOwner;
 #[cfg(doc)]
 use crate::core::guard::LockGuard;
 use crate::core::kind::{sealed, Kind, Plain};
-use crate::core::owner::LockOwner;
 use crate::core::protocol::{Protocol, Target};
-use crate::core::script::Call;
 use crate::core::wait::{Wait, WaitStrategy};
 use crate::locks::exclusive::ExclusiveLock;
 #[cfg(doc)]
 use crate::locks::lock::Lock;
 use crate::locks::lock::{acquire_call, force_release_call, release_call};
+use crate::topology::script::Call;
 
 /// A reentrant distributed lock without pub/sub: waiters poll with a back-off, and releases
 /// publish nothing. Shared with Java's `RSpinLock` of the same name.

@@ -12,16 +12,16 @@ use std::time::Duration;
 use fred::interfaces::{ClientLike, KeysInterface};
 use fred::types::Value;
 
+use crate::base::error::{map_redis_error, Error, Result};
+use crate::base::keys::{self};
 use crate::core::attempt::Attempt;
 use crate::core::guard::Finishing;
-use crate::core::keys::{self};
-use crate::core::script::{Call, LATCH_COUNT_DOWN, LATCH_DELETE, LATCH_SET};
 use crate::core::wait::{self, Wait};
-use crate::core::waiters;
 use crate::engine::Engine;
-use crate::error::{map_redis_error, Error, Result};
 use crate::synchronizers::counter::{int_reply, Counter};
 use crate::topology::pubsub::Messages;
+use crate::topology::script::{Call, LATCH_COUNT_DOWN, LATCH_DELETE, LATCH_SET};
+use crate::topology::waiters;
 
 /// How long a waiter that found the count above 0 waits for a message before it reads the
 /// count again. Java waiters have no such fallback (a lost message costs them their whole

@@ -10,11 +10,11 @@ use std::time::Duration;
 use fred::types::Value;
 use tokio::time::Instant;
 
-use crate::core::backoff::OUTAGE_BACKOFF;
-use crate::core::keys::Str;
-use crate::core::script::{static_arg, Call, Script};
+use crate::base::backoff::OUTAGE_BACKOFF;
+use crate::base::error::{map_redis_error, Error, Result};
+use crate::base::keys::Str;
 use crate::engine::Engine;
-use crate::error::{map_redis_error, Error, Result};
+use crate::topology::script::{static_arg, Call, Script};
 
 /// How long the undoing of an unanswered attempt is tried, well within [`RECORD_KEPT`].
 pub(crate) const UNDO_FOR: Duration = Duration::from_secs(100);

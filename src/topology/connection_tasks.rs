@@ -18,8 +18,8 @@ use fred::interfaces::ClientLike;
 use fred::types::ConnectHandle;
 use tokio::sync::watch;
 
-use crate::core::backoff::{doubled, RESTART_PAUSE};
-use crate::core::observe;
+use crate::base::backoff::{doubled, RESTART_PAUSE};
+use crate::base::observe;
 
 /// A task that ran this long was working: the next stop starts over at the first pause.
 const WORKED: Duration = Duration::from_secs(10);

@@ -16,6 +16,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::base::error::REFUSED;
 use fred::clients::{Client, WithOptions};
 use fred::error::{Error as RedisError, ErrorKind};
 use fred::interfaces::{ClientLike, EventInterface};
@@ -32,10 +33,6 @@ const LOOK_STANDS: Duration = Duration::from_millis(100);
 /// The longest a try waits for the server: a refusal comes back at once, and a server that
 /// does not answer at all is left to the command timeout.
 const LOOK_TIMEOUT: Duration = Duration::from_millis(500);
-
-/// How the driver error of a call the server refused begins; the server's address follows,
-/// then a line with the I/O error. [`Error`](crate::Error)'s conversion reads it.
-pub(crate) const REFUSED: &str = "connection refused by ";
 
 /// The command connection's state, as fred's events tell it (see the module docs).
 pub(crate) struct Link {
@@ -174,12 +171,6 @@ fn lost_connection(error: &RedisError) -> bool {
             details.contains("Failed to route command") || details.contains("Connection closed")
         }
     }
-}
-
-/// The server and the I/O error of a driver error made by [`Link`] for a refusal.
-pub(crate) fn refusal(error: &RedisError) -> Option<(&str, &str)> {
-    let rest = error.details().strip_prefix(REFUSED)?;
-    Some(rest.split_once('\n').unwrap_or((rest, "")))
 }
 
 /// How long a TLS connection may take before [`plain_text`] looks at the server.

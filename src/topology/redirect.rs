@@ -90,16 +90,7 @@ pub(crate) async fn slot_map_changed(
     }
 }
 
-/// Whether fred refused to follow a redirection (`MOVED` or `ASK`): the command did not run.
-pub(crate) fn is_redirected(error: &RedisError) -> bool {
-    *error.kind() == ErrorKind::Routing && error.details() == "Too many redirections."
-}
-
-/// Whether a cluster node refused a command whose keys a slot's migration keeps apart (some
-/// moved, some not yet): it did not run.
-pub(crate) fn is_try_again(error: &RedisError) -> bool {
-    error.details().starts_with("TRYAGAIN")
-}
+pub(crate) use crate::base::error::{is_redirected, is_try_again};
 
 /// How a master sees a slot: whether it serves it, and the node it migrates it to.
 #[derive(Debug, Clone, PartialEq, Eq)]

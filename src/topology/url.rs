@@ -3,7 +3,7 @@
 
 use fred::types::config::{Config, ServerConfig};
 
-use crate::error::{Error, Result};
+use crate::base::error::{Error, Result};
 
 /// The URL forms a client connects with, for error messages.
 const URL_FORMS: &str = "redis://host:port, rediss://host:port (TLS), \
@@ -103,7 +103,10 @@ mod tests {
             let error = parse_url(url).unwrap_err();
             let text = error.to_string();
             assert!(text.contains("redis-sentinel://"), "{url}: {text}");
-            assert!(matches!(error, crate::Error::InvalidArgument(_)), "{url}");
+            assert!(
+                matches!(error, crate::base::error::Error::InvalidArgument(_)),
+                "{url}"
+            );
         }
         for url in [
             "redis://h:1",

@@ -9,11 +9,11 @@ use std::time::Duration;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
+#[cfg(doc)]
+use crate::base::error::Error;
+use crate::base::error::Result;
 use crate::core::guard::LockGuard;
 use crate::core::kind::Member;
-#[cfg(doc)]
-use crate::error::Error;
-use crate::error::Result;
 #[cfg(doc)]
 use crate::locks::multi_lock::RedLock;
 

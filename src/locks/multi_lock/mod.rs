@@ -8,15 +8,15 @@ use std::time::Duration;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
-use crate::core::backoff::{between, failed_round_pause};
+use crate::base::backoff::{between, failed_round_pause};
+use crate::base::error::{Error, Result};
+use crate::base::owner::LockOwner;
+use crate::base::time::deadline_after;
 use crate::core::guard::LockGuard;
 use crate::core::handle::Handle;
 use crate::core::kind::{Kind, Member};
 use crate::core::lease::Lease;
-use crate::core::owner::LockOwner;
-use crate::core::time::deadline_after;
 use crate::core::wait::Wait;
-use crate::error::{Error, Result};
 use crate::locks::exclusive::ExclusiveLock;
 #[cfg(doc)]
 use crate::locks::fenced_lock::FencedLock;

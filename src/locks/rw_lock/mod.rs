@@ -9,13 +9,13 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::base::error::Result;
+use crate::base::owner::LockOwner;
 use crate::core::guard::LockGuard;
 use crate::core::handle::Handle;
 use crate::core::kind::{sealed, HoldKind};
 use crate::core::lease::Lease;
-use crate::core::owner::LockOwner;
 use crate::engine::Engine;
-use crate::error::Result;
 
 /// A distributed read-write lock, shared with Java's `RReadWriteLock` of the same name:
 /// many readers at a time, or one writer.

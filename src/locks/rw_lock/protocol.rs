@@ -5,19 +5,19 @@ use std::sync::Arc;
 use fred::interfaces::HashesInterface;
 use fred::types::Value;
 
-use crate::core::attempt::{Attempt, Reply, Taken};
-use crate::core::keys::{
+use crate::base::error::{Error, Result};
+use crate::base::keys::{
     self, LockKeys, Str, MODE_FIELD, READ_MODE, READ_UNLOCK_MESSAGE, UNLOCK_MESSAGE, WRITE_MODE,
 };
-use crate::core::owner::LockOwner;
+use crate::base::owner::LockOwner;
+use crate::core::attempt::{Attempt, Reply, Taken};
 use crate::core::protocol::{read_reply, Answer, Protocol, Target};
-use crate::core::script::{
+use crate::core::wait::Wait;
+use crate::engine::watchdog::Renew;
+use crate::topology::script::{
     static_arg, BoxFuture, Call, READ_ACQUIRE, READ_LOCKED, READ_RELEASE, RW_FORCE_RELEASE,
     WRITE_ACQUIRE, WRITE_RELEASE,
 };
-use crate::core::wait::Wait;
-use crate::core::watchdog::Renew;
-use crate::error::{Error, Result};
 
 /// The write acquire's reply when the owner holds only read holds (see
 /// `lua/write_acquire.lua`); no PTTL is ever negative beyond -2.

@@ -3,9 +3,9 @@
 use std::future::Future;
 use std::time::Duration;
 
-use crate::core::time::epoch_millis;
+use crate::base::error::Result;
+use crate::base::time::epoch_millis;
 use crate::core::wait::{self, Wait};
-use crate::error::Result;
 use crate::synchronizers::semaphore::semaphore_messages;
 use crate::topology::pubsub::Messages;
 

@@ -6,7 +6,7 @@ use std::str::FromStr;
 use fred::bytes::Bytes;
 use fred::types::Value;
 
-use crate::error::{Error, Result};
+use crate::base::error::{Error, Result};
 
 /// The id of one permit taken from a
 /// [`PermitExpirableSemaphore`](crate::PermitExpirableSemaphore): 16 random bytes, written

@@ -13,18 +13,18 @@ use std::time::Duration;
 
 use fred::types::Value;
 
+use crate::base::error::{Error, Result};
+use crate::base::keys::{self, Str};
+use crate::base::time::{epoch_millis, millis};
 use crate::core::guard::Finishing;
-use crate::core::keys::{self, Str};
-use crate::core::script::{static_arg, Call};
-use crate::core::script::{EXPIRABLE_ADD, EXPIRABLE_COUNT, EXPIRABLE_DELETE, EXPIRABLE_LEASE};
-use crate::core::script::{
-    EXPIRABLE_RELEASE, EXPIRABLE_RELEASE_MANY, EXPIRABLE_SET, SEMAPHORE_SET,
-};
-use crate::core::time::{epoch_millis, millis};
 use crate::engine::Engine;
-use crate::error::{Error, Result};
 use crate::synchronizers::counter::{int_reply, Counter};
 use crate::synchronizers::semaphore::MAX_PERMITS;
+use crate::topology::script::{static_arg, Call};
+use crate::topology::script::{EXPIRABLE_ADD, EXPIRABLE_COUNT, EXPIRABLE_DELETE, EXPIRABLE_LEASE};
+use crate::topology::script::{
+    EXPIRABLE_RELEASE, EXPIRABLE_RELEASE_MANY, EXPIRABLE_SET, SEMAPHORE_SET,
+};
 
 mod acquire;
 mod attempt;

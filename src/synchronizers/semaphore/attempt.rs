@@ -6,12 +6,12 @@ use std::time::Duration;
 
 use fred::types::Value;
 
+use crate::base::error::{map_redis_error, Error, Result};
+use crate::base::keys::{self, Str};
 use crate::core::attempt::{Attempt, InFlight};
 use crate::core::guard::release_in_background;
-use crate::core::keys::{self, Str};
-use crate::core::script::{boxed_in_place, Call, SEMAPHORE_ACQUIRE, SEMAPHORE_UNDO};
-use crate::error::{map_redis_error, Error, Result};
 use crate::synchronizers::counter::RECORD_KEPT;
+use crate::topology::script::{boxed_in_place, Call, SEMAPHORE_ACQUIRE, SEMAPHORE_UNDO};
 
 use super::{Inner, RECHECK};
 

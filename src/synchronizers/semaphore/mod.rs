@@ -15,16 +15,16 @@ use std::time::Duration;
 use fred::interfaces::KeysInterface;
 use fred::types::Value;
 
+use crate::base::error::{map_redis_error, Error, Result};
+use crate::base::keys::{self};
 use crate::core::guard::Finishing;
-use crate::core::keys::{self};
-use crate::core::script::{static_arg, Call};
-use crate::core::script::{SEMAPHORE_ADD, SEMAPHORE_DRAIN, SEMAPHORE_RELEASE, SEMAPHORE_SET};
 use crate::core::wait::{self, Wait};
-use crate::core::waiters;
 use crate::engine::Engine;
-use crate::error::{map_redis_error, Error, Result};
 use crate::synchronizers::counter::{int_reply, Counter};
 use crate::topology::pubsub::Messages;
+use crate::topology::script::{static_arg, Call};
+use crate::topology::script::{SEMAPHORE_ADD, SEMAPHORE_DRAIN, SEMAPHORE_RELEASE, SEMAPHORE_SET};
+use crate::topology::waiters;
 
 mod attempt;
 mod permits;
@@ -156,7 +156,7 @@ impl Semaphore {
     ) -> impl Future<Output = Result<bool>> + Send + 'static {
         let this = self.clone();
         async move {
-            let ttl = crate::Lease::fixed(ttl).map_err(|_| {
+            let ttl = crate::core::lease::Lease::fixed(ttl).map_err(|_| {
                 Error::invalid(format!(
                     "semaphore {:?}: a TTL must be between 1 ms and Lease::MAX_FIXED, not {ttl:?}",
                     &*this.inner.name
@@ -388,7 +388,7 @@ impl Semaphore {
         let inner = &self.inner;
         let keys = [Value::String(inner.raw.clone()), inner.channel()];
         let mut args = vec![Value::from(permits), inner.publish()];
-        args.extend(ttl.map(|ttl| Value::from(crate::core::time::millis(ttl))));
+        args.extend(ttl.map(|ttl| Value::from(crate::base::time::millis(ttl))));
         let reply = inner.write(Call::of(&SEMAPHORE_SET, keys, args)).await?;
         Ok(int_reply(&SEMAPHORE_SET, reply)? == 1)
     }

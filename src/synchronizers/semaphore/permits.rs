@@ -1,7 +1,7 @@
 //! The guard of permits taken from a [`Semaphore`].
 
+use crate::base::error::Result;
 use crate::core::guard::release_in_background;
-use crate::error::Result;
 
 use super::Semaphore;
 

@@ -36,8 +36,8 @@ use parking_lot::Mutex;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant;
 
-use crate::core::waiters::{EventClock, Moment, Waiters, Wake};
-use crate::error::{Error, Result};
+use crate::base::error::{Error, Result};
+use crate::topology::waiters::{EventClock, Moment, Waiters, Wake};
 
 /// How the waiters of one channel read its messages: what a payload asks of them, `None`
 /// for one that asks nothing. Given by the kind whose waiters subscribe.

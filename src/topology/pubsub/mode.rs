@@ -8,7 +8,7 @@ use fred::error::Error as RedisError;
 use fred::interfaces::{ClientLike, ClusterInterface};
 use fred::types::{ClusterHash, CustomCommand, Value};
 
-use crate::error::{is_transient, Error, Result};
+use crate::base::error::{is_transient, Error, Result};
 
 /// Which pub/sub commands carry unlock messages: Redisson's `shardedSubscriptionMode`.
 /// Set it with [`LockClientBuilder::pubsub_mode`](crate::LockClientBuilder::pubsub_mode).

@@ -15,10 +15,10 @@ use fred::types::{ClusterHash, ClusterStateChange, CustomCommand, Value};
 use tokio::sync::{broadcast, mpsc, watch};
 use tokio::time::Instant;
 
-use crate::core::observe;
-use crate::core::waiters::{EventClock, Wake};
-use crate::error::Result;
+use crate::base::error::Result;
+use crate::base::observe;
 use crate::topology::redirect::slot_map_changed;
+use crate::topology::waiters::{EventClock, Wake};
 
 use super::{
     set_confirmed, sharded_supported, wake_all, wake_of, Channels, Choice, Request, LINGER,

@@ -22,8 +22,8 @@ use fred::types::Value;
 use parking_lot::Mutex;
 use tokio::sync::broadcast::{self, error::TryRecvError};
 
-use crate::core::script::{slot_of, BoxFuture, Call, ScriptRunner};
-use crate::error::{map_redis_error, Error, Result};
+use crate::base::error::{map_redis_error, Error, Result};
+use crate::topology::script::{slot_of, BoxFuture, Call, ScriptRunner};
 use count::{Count, Counts};
 use waits::{Acknowledged, Request, Waits};
 

@@ -13,8 +13,8 @@ use fred::types::{ClusterHash, CustomCommand, Value};
 use parking_lot::Mutex;
 use tokio::sync::oneshot;
 
-use crate::core::background::spawn_or;
-use crate::core::time::millis;
+use crate::base::background::spawn_or;
+use crate::base::time::millis;
 
 /// What one WAIT answered: how many replicas have every write sent before it.
 pub(super) type Acknowledged = Result<i64, RedisError>;

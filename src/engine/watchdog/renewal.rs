@@ -10,11 +10,11 @@ use tokio::time::Instant;
 
 use super::registry::{Registered, Registry};
 use super::{Hold, Renew, Watchdog};
-use crate::core::backoff::renewal_retry;
-use crate::core::keys::Str;
-use crate::core::observe;
-use crate::core::script::{Call, ScriptRunner, READ_RENEW_BATCH, RENEW_BATCH};
-use crate::core::time::{lease_end, millis};
+use crate::base::backoff::renewal_retry;
+use crate::base::keys::Str;
+use crate::base::observe;
+use crate::base::time::{lease_end, millis};
+use crate::topology::script::{Call, ScriptRunner, READ_RENEW_BATCH, RENEW_BATCH};
 
 /// At most this many plain holds are renewed by one script. Redis runs nothing else while a
 /// script runs, so this bounds how long other commands wait behind one: a plain hold costs

@@ -11,7 +11,7 @@
 //!
 //! Guards see each hold's [`Standing`]: lost, or held until the watchdog lease's deadline,
 //! counted from the send of the command that last set the lease, less
-//! [`TIMER_MARGIN`](crate::core::time::TIMER_MARGIN) (see [`lease_end`]). A guard reports its hold
+//! [`TIMER_MARGIN`](crate::base::time::TIMER_MARGIN) (see [`lease_end`]). A guard reports its hold
 //! lost once that deadline passes, even while a renewal is still on the wire, and the key
 //! on the server, whose TTL started later, cannot have expired before. The standing is one
 //! atomic word and one [`Notify`] per hold, shared by the registry and the hold's guards:
@@ -28,9 +28,9 @@ use parking_lot::Mutex;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use crate::core::keys::Str;
-use crate::core::observe;
-use crate::core::time::lease_end;
+use crate::base::keys::Str;
+use crate::base::observe;
+use crate::base::time::lease_end;
 
 mod registry;
 mod renewal;

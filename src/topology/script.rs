@@ -16,9 +16,9 @@ use fred::interfaces::{ClientLike, ClusterInterface, LuaInterface};
 use fred::types::config::{Options, Server};
 use fred::types::{ClusterHash, CustomCommand, Value};
 
-use crate::core::backoff::{doubled, TRY_AGAIN_PAUSE};
-use crate::core::keys::Str;
-use crate::error::{is_noscript, Error, Result};
+use crate::base::backoff::{doubled, TRY_AGAIN_PAUSE};
+use crate::base::error::{is_noscript, Error, Result};
+use crate::base::keys::Str;
 use crate::topology::redirect::{
     is_redirected, is_try_again, send_asking, slot_view, slot_view_of, MAX_REDIRECTIONS,
 };

@@ -5,7 +5,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use tokio::time::Instant;
 
-use crate::error::{Error, Result};
+use crate::base::error::{Error, Result};
 
 /// A duration in whole milliseconds, as the scripts take it (saturating).
 pub(crate) fn millis(duration: Duration) -> i64 {

@@ -4,7 +4,7 @@ use std::borrow::Cow;
 
 use fred::error::{Error as RedisError, ErrorKind};
 
-use crate::core::owner::LockOwner;
+use crate::base::owner::LockOwner;
 
 /// Everything that can go wrong in this crate.
 ///
@@ -176,7 +176,7 @@ fn io_words(details: &str) -> String {
 
 impl From<RedisError> for Error {
     fn from(error: RedisError) -> Error {
-        match crate::topology::link::refusal(&error) {
+        match refusal(&error) {
             Some((server, io)) => Error::Unreachable {
                 server: server.to_owned(),
                 source: RedisError::new(ErrorKind::IO, io.to_owned()),
@@ -184,6 +184,27 @@ impl From<RedisError> for Error {
             None => Error::Redis(error),
         }
     }
+}
+
+/// How the driver error of a call the server refused begins (the single server's link makes
+/// it; see `topology/link.rs`); the server's address follows, then a line with the I/O error.
+pub(crate) const REFUSED: &str = "connection refused by ";
+
+/// The server and the I/O error of a driver error made for a refusal (see [`REFUSED`]).
+fn refusal(error: &RedisError) -> Option<(&str, &str)> {
+    let rest = error.details().strip_prefix(REFUSED)?;
+    Some(rest.split_once('\n').unwrap_or((rest, "")))
+}
+
+/// Whether fred refused to follow a redirection (`MOVED` or `ASK`): the command did not run.
+pub(crate) fn is_redirected(error: &RedisError) -> bool {
+    *error.kind() == ErrorKind::Routing && error.details() == "Too many redirections."
+}
+
+/// Whether a cluster node refused a command whose keys a slot's migration keeps apart (some
+/// moved, some not yet): it did not run.
+pub(crate) fn is_try_again(error: &RedisError) -> bool {
+    error.details().starts_with("TRYAGAIN")
 }
 
 /// `Result` with this crate's [`Error`].
@@ -242,8 +263,8 @@ pub(crate) fn is_transient(error: &RedisError) -> bool {
             .any(|prefix| words.starts_with(prefix))
                 || details.contains("Too many failed write attempts")
                 // A redirection not followed, or keys split by a migration: it did not run.
-                || crate::topology::redirect::is_redirected(error)
-                || crate::topology::redirect::is_try_again(error)
+                || is_redirected(error)
+                || is_try_again(error)
                 || details.contains("Connection closed")
                 // fred between a dropped connection and its replacement.
                 || details.contains("Failed to route command")
@@ -301,10 +322,7 @@ mod tests {
     #[test]
     fn a_refusal_names_the_server_in_words() {
         let io = r#"Os { code: 111, kind: ConnectionRefused, message: "Connection refused" }"#;
-        let refused = RedisError::new(
-            ErrorKind::IO,
-            format!("{}10.0.0.7:6379\n{io}", crate::topology::link::REFUSED),
-        );
+        let refused = RedisError::new(ErrorKind::IO, format!("{}10.0.0.7:6379\n{io}", REFUSED));
         let error = Error::from(refused);
         assert!(matches!(&error, Error::Unreachable { server, .. } if server == "10.0.0.7:6379"));
         assert_eq!(

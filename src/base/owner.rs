@@ -6,7 +6,7 @@ use std::hash::{Hash, Hasher};
 use fred::types::Value;
 use uuid::Uuid;
 
-use crate::core::keys::Str;
+use crate::base::keys::Str;
 
 /// The identity a hold is taken under: the reentrancy key.
 ///

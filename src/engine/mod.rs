@@ -4,6 +4,9 @@
 //! Topology (single server, sentinel, cluster), pub/sub flavour and slot grouping are
 //! decided here and in `pubsub`/`watchdog`; lock kinds only ask for them.
 
+pub(crate) mod latches;
+pub(crate) mod watchdog;
+
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -16,16 +19,16 @@ use parking_lot::Mutex;
 use tokio::sync::{watch, OwnedRwLockReadGuard, RwLock};
 use uuid::Uuid;
 
-use crate::core::background::spawn_or;
-use crate::core::keys::{self, LockKeys, Str};
-use crate::core::latches::Latches;
-use crate::core::owner::LockOwner;
-use crate::core::script::{Call, ScriptRunner};
-use crate::core::watchdog::Watchdog;
-use crate::error::{map_redis_error, Error, Result};
+use crate::base::background::spawn_or;
+use crate::base::error::{map_redis_error, Error, Result};
+use crate::base::keys::{self, LockKeys, Str};
+use crate::base::owner::LockOwner;
+use crate::engine::latches::Latches;
+use crate::engine::watchdog::Watchdog;
 use crate::topology::link::Link;
 use crate::topology::pubsub::{Choice, PubSub};
 use crate::topology::replicas::{Confirmation, Replicas};
+use crate::topology::script::{Call, ScriptRunner};
 use crate::topology::sentinel;
 
 /// The shortest time a master that counted replicas and counts none still has its writes

@@ -25,7 +25,7 @@ use parking_lot::Mutex;
 use tokio::sync::{watch, Notify};
 use tokio::task::JoinSet;
 
-use crate::core::keys::LockKeys;
+use crate::base::keys::LockKeys;
 
 /// How long the task waits for more keys before deleting a batch.
 const GATHER: Duration = Duration::from_millis(2);

@@ -4,13 +4,13 @@
 //! feature the metric calls compile to nothing and [`Since`] is empty.
 //!
 //! The names and labels are listed in `docs/operations.md`; `kind` is the lock kind's name
-//! ([`Protocol::kind`](crate::core::protocol::Protocol::kind)). Lock names are never labels (there
+//! (what each kind's protocol names itself). Lock names are never labels (there
 //! are too many); they are span fields. This module sits below every other: it takes names
 //! and kinds as plain strings.
 
 #[cfg(feature = "metrics")]
-use crate::error::Error;
-use crate::error::Result;
+use crate::base::error::Error;
+use crate::base::error::Result;
 
 /// The metric names; `docs/operations.md` lists them with their labels.
 #[cfg(feature = "metrics")]
