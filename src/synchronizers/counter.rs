@@ -13,8 +13,9 @@ use tokio::time::Instant;
 use crate::base::backoff::OUTAGE_BACKOFF;
 use crate::base::error::{map_redis_error, Error, Result};
 use crate::base::keys::Str;
+use crate::base::time::millis;
 use crate::engine::Engine;
-use crate::topology::script::{static_arg, Call, Script};
+use crate::topology::script::{static_arg, Call, Script, SEMAPHORE_SET};
 
 /// How long the undoing of an unanswered attempt is tried, well within [`RECORD_KEPT`].
 pub(crate) const UNDO_FOR: Duration = Duration::from_secs(100);
@@ -56,6 +57,15 @@ impl Counter {
         let (reply, confirmation) = engine.run_confirmed(call, key, name).await?;
         engine.confirm(confirmation, key, name).await?;
         Ok(reply)
+    }
+
+    /// A semaphore's `trySetPermits` (`lua/semaphore_set.lua`): sets the counter to
+    /// `permits` (with a TTL, if given) unless it exists, and tells waiters; `true` when set.
+    pub(crate) async fn set_if_missing(&self, permits: i64, ttl: Option<Duration>) -> Result<bool> {
+        let mut args = vec![Value::from(permits), self.publish()];
+        args.extend(ttl.map(|ttl| Value::from(millis(ttl))));
+        let call = Call::of(&SEMAPHORE_SET, [self.key(), self.channel()], args);
+        Ok(int_reply(&SEMAPHORE_SET, self.write(call).await?)? == 1)
     }
 
     /// Sends the undo script `call` makes until it ran, or until [`UNDO_FOR`] has passed

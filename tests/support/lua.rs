@@ -1,18 +1,18 @@
 //! The crate's scripts as it sends them, for tests and benches that run them directly.
 
 /// The script `lua/<name>.lua` as the crate sends it: the shared snippets its line in
-/// `src/script.rs` lists (`NAME => "<name>" with "part", …`) first, in that order, then the
+/// `src/topology/script.rs` lists (`NAME => "<name>" with "part", …`) first, in that order, then the
 /// file as the function `script`, then the epilogue `lua/main.lua` that runs it.
 pub fn lua(name: &str) -> String {
     let root = env!("CARGO_MANIFEST_DIR");
     let read = |path: String| {
         std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("read {path}: {e}"))
     };
-    let list = read(format!("{root}/src/script.rs"));
+    let list = read(format!("{root}/src/topology/script.rs"));
     let declared = format!("=> \"{name}\"");
     let line = (list.lines())
         .find(|line| !line.trim_start().starts_with("//") && line.contains(&declared))
-        .unwrap_or_else(|| panic!("src/script.rs declares no script {name}"));
+        .unwrap_or_else(|| panic!("src/topology/script.rs declares no script {name}"));
     let parts = line.split_once(" with ").map_or("", |(_, parts)| parts);
     // The quoted names are every other piece between quotes.
     let parts = parts.split('"').skip(1).step_by(2);

@@ -22,9 +22,7 @@ use crate::synchronizers::counter::{int_reply, Counter};
 use crate::synchronizers::semaphore::MAX_PERMITS;
 use crate::topology::script::{static_arg, Call};
 use crate::topology::script::{EXPIRABLE_ADD, EXPIRABLE_COUNT, EXPIRABLE_DELETE, EXPIRABLE_LEASE};
-use crate::topology::script::{
-    EXPIRABLE_RELEASE, EXPIRABLE_RELEASE_MANY, EXPIRABLE_SET, SEMAPHORE_SET,
-};
+use crate::topology::script::{EXPIRABLE_RELEASE, EXPIRABLE_RELEASE_MANY, EXPIRABLE_SET};
 
 mod acquire;
 mod attempt;
@@ -148,10 +146,7 @@ impl PermitExpirableSemaphore {
         let this = self.clone();
         async move {
             this.check("set", permits, 0)?;
-            let inner = &this.inner;
-            let args = [Value::from(permits), inner.publish()];
-            let call = Call::of(&SEMAPHORE_SET, [inner.key(), inner.channel()], args);
-            Ok(int_reply(&SEMAPHORE_SET, inner.write(call).await?)? == 1)
+            this.inner.set_if_missing(permits, None).await
         }
     }
 

@@ -23,7 +23,7 @@ use crate::engine::Engine;
 use crate::synchronizers::counter::{int_reply, Counter};
 use crate::topology::pubsub::Messages;
 use crate::topology::script::{static_arg, Call};
-use crate::topology::script::{SEMAPHORE_ADD, SEMAPHORE_DRAIN, SEMAPHORE_RELEASE, SEMAPHORE_SET};
+use crate::topology::script::{SEMAPHORE_ADD, SEMAPHORE_DRAIN, SEMAPHORE_RELEASE};
 use crate::topology::waiters;
 
 mod attempt;
@@ -385,12 +385,7 @@ impl Semaphore {
 
     async fn set_permits_if_missing(&self, permits: i64, ttl: Option<Duration>) -> Result<bool> {
         self.check("set", permits, 0)?;
-        let inner = &self.inner;
-        let keys = [Value::String(inner.raw.clone()), inner.channel()];
-        let mut args = vec![Value::from(permits), inner.publish()];
-        args.extend(ttl.map(|ttl| Value::from(crate::base::time::millis(ttl))));
-        let reply = inner.write(Call::of(&SEMAPHORE_SET, keys, args)).await?;
-        Ok(int_reply(&SEMAPHORE_SET, reply)? == 1)
+        self.inner.set_if_missing(permits, ttl).await
     }
 
     async fn acquire_now(&self, permits: i64) -> Result<()> {
