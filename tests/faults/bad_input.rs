@@ -1,4 +1,5 @@
-//! Bad input: over-long and odd names, keys of another type, waits and timeouts out of range.
+//! Bad input, in one place: over-long and odd names, keys of another type (for every kind and
+//! query), waits and timeouts out of range.
 
 use super::*;
 
@@ -208,4 +209,119 @@ async fn waits_and_timeouts_out_of_range_are_refused_where_they_are_given() {
         held.unlock().await.unwrap();
         other.unlock().await.unwrap();
     }
+}
+
+#[tokio::test]
+async fn a_key_of_another_type_is_a_wrong_type_error_and_stays_untouched() {
+    let server = RedisServer::start();
+    let c = client(&server).await;
+    server.command(&["SET", "not-a-lock", "payload"]);
+    let lock = c.lock("not-a-lock").unwrap();
+    let me = c.new_owner();
+    for result in [
+        lock.lock(&me).await.map(drop),
+        lock.try_lock(&me).await.map(drop),
+        lock.try_lock_for(&me, Duration::from_millis(50))
+            .await
+            .map(drop),
+        lock.unlock(&me).await,
+        lock.hold_count(&me).await.map(drop),
+    ] {
+        match result {
+            Err(Error::WrongType { name }) => assert_eq!(name, "not-a-lock"),
+            other => panic!("expected WrongType, got {other:?}"),
+        }
+    }
+    assert_eq!(server.command(&["GET", "not-a-lock"]), "payload");
+    assert_eq!(server.command(&["PTTL", "not-a-lock"]), "-1");
+}
+
+/// `is_locked` agrees with `hold_count` on a key of another type, for every kind: both are
+/// `WrongType` naming the key, and neither writes anything.
+#[tokio::test]
+async fn queries_of_every_kind_on_a_key_of_another_type_are_wrong_type() {
+    fn wrong_type<T: std::fmt::Debug>(what: &str, key: &str, result: Result<T, Error>) {
+        match result {
+            Err(Error::WrongType { name }) => assert_eq!(name, key, "{what}"),
+            other => panic!("{what}: expected WrongType, got {other:?}"),
+        }
+    }
+    let server = RedisServer::start();
+    let c = client(&server).await;
+    let me = c.new_owner();
+    let kinds = [
+        "reentrant",
+        "fair",
+        "fenced",
+        "spin",
+        "non-reentrant",
+        "read",
+        "write",
+    ];
+    for kind in kinds {
+        server.command(&["SET", &format!("wrong-type:{kind}"), "payload"]);
+    }
+    let key = |kind: &str| format!("wrong-type:{kind}");
+
+    let lock = c.lock(&key("reentrant")).unwrap();
+    wrong_type(
+        "reentrant is_locked",
+        &key("reentrant"),
+        lock.is_locked().await,
+    );
+    wrong_type(
+        "reentrant hold_count",
+        &key("reentrant"),
+        lock.hold_count(&me).await,
+    );
+    let fair = c.fair_lock(&key("fair")).unwrap();
+    wrong_type("fair is_locked", &key("fair"), fair.is_locked().await);
+    wrong_type("fair hold_count", &key("fair"), fair.hold_count(&me).await);
+    let fenced = c.fenced_lock(&key("fenced")).unwrap();
+    wrong_type("fenced is_locked", &key("fenced"), fenced.is_locked().await);
+    wrong_type(
+        "fenced hold_count",
+        &key("fenced"),
+        fenced.hold_count(&me).await,
+    );
+    let spin = c.spin_lock(&key("spin")).unwrap();
+    wrong_type("spin is_locked", &key("spin"), spin.is_locked().await);
+    wrong_type("spin hold_count", &key("spin"), spin.hold_count(&me).await);
+    let non_reentrant = c.non_reentrant_lock(&key("non-reentrant")).unwrap();
+    let k = key("non-reentrant");
+    wrong_type(
+        "non-reentrant is_locked",
+        &k,
+        non_reentrant.is_locked().await,
+    );
+    wrong_type(
+        "non-reentrant hold_count",
+        &k,
+        non_reentrant.hold_count(&me).await,
+    );
+    let read = c.read_write_lock(&key("read")).unwrap();
+    wrong_type("is_read_locked", &key("read"), read.is_read_locked().await);
+    wrong_type(
+        "read_hold_count",
+        &key("read"),
+        read.read_hold_count(&me).await,
+    );
+    let write = c.read_write_lock(&key("write")).unwrap();
+    wrong_type(
+        "is_write_locked",
+        &key("write"),
+        write.is_write_locked().await,
+    );
+    wrong_type(
+        "write_hold_count",
+        &key("write"),
+        write.write_hold_count(&me).await,
+    );
+
+    // Nothing was written: the strings are as they were, and no other key appeared.
+    for kind in kinds {
+        assert_eq!(server.command(&["GET", &key(kind)]), "payload", "{kind}");
+        assert_eq!(server.command(&["PTTL", &key(kind)]), "-1", "{kind}");
+    }
+    assert_eq!(server.command(&["DBSIZE"]), kinds.len().to_string());
 }
