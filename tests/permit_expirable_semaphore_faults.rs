@@ -383,14 +383,7 @@ async fn an_acquisition_no_replica_confirms_is_given_back() {
     let sem = c.permit_expirable_semaphore(name).unwrap();
     assert!(sem.try_set_permits(2).await.unwrap());
     let kept = sem.acquire(None).await.unwrap();
-    let paused = replica.command_on_thread(&["DEBUG", "SLEEP", "4"]);
-    eventually(Duration::from_secs(5), "the replica paused", || {
-        let info = master.command(&["INFO", "replication"]);
-        let lag = info.lines().find_map(|l| l.split(",lag=").nth(1));
-        let lag = lag.and_then(|lag| lag.split(',').next()?.trim().parse::<u64>().ok());
-        lag.is_some_and(|lag| lag >= 2)
-    })
-    .await;
+    let paused = paused_replica(&master, &replica, 4).await;
     match sem.try_acquire(MINUTE).await {
         Err(Error::NotReplicated { .. }) => {}
         other => panic!("expected NotReplicated, got {other:?}"),

@@ -424,3 +424,22 @@ pub async fn count_under_lock(
     }
     redis.get(&counter).await.unwrap()
 }
+
+/// Pauses `replica` (`DEBUG SLEEP` for `seconds`) and returns once `master` sees it silent
+/// for 2 s or more (a replica acknowledges every second); join the handle to wait it out.
+pub async fn paused_replica(
+    master: &RedisServer,
+    replica: &RedisServer,
+    seconds: u64,
+) -> std::thread::JoinHandle<std::io::Result<String>> {
+    let paused = replica.command_on_thread(&["DEBUG", "SLEEP", &seconds.to_string()]);
+    eventually(Duration::from_secs(5), "the replica paused", || {
+        let info = master.command(&["INFO", "replication"]);
+        let lag = info.lines().find_map(|l| l.split(",lag=").nth(1));
+        // Valkey lists more fields after the lag.
+        let lag = lag.and_then(|lag| lag.split(',').next()?.trim().parse::<u64>().ok());
+        lag.is_some_and(|lag| lag >= 2)
+    })
+    .await;
+    paused
+}
