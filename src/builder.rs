@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use fred::clients::{Client, SubscriberClient};
 use fred::interfaces::ClientLike;
-use fred::types::config::{Config, ReconnectPolicy};
+use fred::types::config::{Config, ReconnectPolicy, ServerConfig};
 use fred::types::{Builder, ConnectHandle};
 
 use crate::base::error::{Error, Result};
@@ -57,6 +57,7 @@ pub struct LockClientBuilder {
     renew_by_slot: Option<bool>,
     pubsub_mode: PubSubMode,
     replica_wait: Option<Duration>,
+    database: Option<u8>,
 }
 
 impl fmt::Debug for LockClientBuilder {
@@ -81,6 +82,7 @@ impl Default for LockClientBuilder {
             renew_by_slot: None,
             pubsub_mode: PubSubMode::Auto,
             replica_wait: Some(Duration::from_secs(1)),
+            database: None,
         }
     }
 }
@@ -118,6 +120,16 @@ impl LockClientBuilder {
     /// automatic reconnection and its command timeout.
     pub fn config(mut self, config: Config) -> Self {
         self.source = Source::Config(Box::new(config));
+        self
+    }
+
+    /// Use database `database` of the server (`SELECT`), as a URL's path (`redis://h:6379/3`)
+    /// or Redisson's `setDatabase` does; it overrides the URL's. Behind Sentinel it applies to
+    /// the master (a Sentinel has no databases). A lock's Java clients must use the same
+    /// database. Cluster nodes have only database 0. Not for [`clients`](Self::clients),
+    /// which connect as they were built.
+    pub fn database(mut self, database: u8) -> Self {
+        self.database = Some(database);
         self
     }
 
@@ -228,7 +240,8 @@ impl LockClientBuilder {
     /// Connects and starts the client's background tasks.
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] when no server was named or a duration is out of range
+    /// [`Error::InvalidArgument`] when no server was named, a database was given with
+    /// [`clients`](Self::clients), or a duration is out of range
     /// (the watchdog timeout must be at least 3 ms, the command timeout and the fair wait
     /// timeout at least 1 ms; the watchdog and fair wait timeouts at most
     /// [`Lease::MAX_FIXED`](crate::Lease::MAX_FIXED), the command timeout at most a quarter
@@ -239,6 +252,12 @@ impl LockClientBuilder {
     /// closes the connections it opened; clients given to [`clients`](Self::clients) stay
     /// as they were.
     pub async fn build(self) -> Result<LockClient> {
+        if matches!(self.source, Source::Clients(..)) && self.database.is_some() {
+            return Err(Error::invalid(
+                "database() does not apply to clients(): they connect to the database they \
+                 were configured with",
+            ));
+        }
         let max = Lease::MAX_FIXED.as_millis();
         check_millis("watchdog_timeout", self.watchdog_timeout, 3, max)?;
         // Unlock latches live for a few command timeouts.
@@ -289,7 +308,8 @@ impl LockClientBuilder {
                         "a rediss:// URL needs this crate's `tls` feature (on by default)",
                     ));
                 }
-                let config = parse_url(&url)?;
+                let mut config = parse_url(&url)?;
+                config.database = self.database.or(config.database);
                 let tls = uses_tls(&url);
                 let (redis, task, subscriber, subscriber_task) =
                     connect(config, tls, configure).await?;
@@ -297,7 +317,8 @@ impl LockClientBuilder {
                 opened.push(redis.clone());
                 (redis, subscriber, Some(subscriber_task), true)
             }
-            Source::Config(config) => {
+            Source::Config(mut config) => {
+                config.database = self.database.or(config.database);
                 #[cfg(feature = "tls")]
                 let tls = config.tls.is_some();
                 #[cfg(not(feature = "tls"))]
@@ -403,8 +424,19 @@ async fn connect(
         source,
     };
     let servers = config.server.clone();
+    let sentinel = matches!(servers, ServerConfig::Sentinel { .. });
     let mut builder = Builder::from_config(config);
     configure(&mut builder);
+    if sentinel {
+        // A master that went away is replaced by a failover within seconds: look for the
+        // new one at least twice a second, not after the 2 s pauses of a lone server.
+        builder.set_policy(ReconnectPolicy::new_exponential(
+            0,
+            50,
+            SENTINEL_RECONNECT_MAX,
+            2,
+        ));
+    }
     let redis = builder.build()?;
     let subscriber = builder.build_subscriber_client()?;
     let task = if tls {
@@ -424,6 +456,9 @@ async fn connect(
         }
     }
 }
+
+/// The longest pause between reconnection attempts behind Sentinel, in ms.
+const SENTINEL_RECONNECT_MAX: u32 = 500;
 
 fn check_millis(what: &str, duration: Duration, min_ms: u128, max_ms: u128) -> Result<()> {
     let ms = duration.as_millis();

@@ -121,7 +121,8 @@ impl Deployment {
         match self {
             Deployment::Single(server) => server.url(),
             Deployment::Cluster(cluster) => cluster.url(),
-            Deployment::Sentinel(setup) => setup.url(),
+            // With a database path, as many services write it: the Sentinels have none.
+            Deployment::Sentinel(setup) => setup.url().replacen('?', "/0?", 1),
         }
     }
 

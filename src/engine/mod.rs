@@ -29,7 +29,7 @@ use crate::topology::link::Link;
 use crate::topology::pubsub::{Choice, PubSub};
 use crate::topology::replicas::{Confirmation, Replicas};
 use crate::topology::script::{Call, ScriptRunner};
-use crate::topology::sentinel;
+use crate::topology::sentinel::{self, NamedMaster};
 
 /// The shortest time a master that counted replicas and counts none still has its writes
 /// confirmed: longer than the Sentinels take to demote an old master that stayed up (they
@@ -174,9 +174,11 @@ impl Engine {
     ) -> Arc<Engine> {
         let (shutdown, shutdown_rx) = watch::channel(false);
         let separate_script_client = script_client.is_some();
+        let named_master = NamedMaster::of(&redis);
         let scripts = ScriptRunner::new(
             script_client.unwrap_or_else(|| redis.clone()),
             settings.command_timeout,
+            named_master.clone(),
         );
         let watchdog = Watchdog::new(settings.watchdog_timeout, settings.renew_by_slot);
         tokio::spawn(watchdog.clone().run(scripts.clone()));
@@ -190,6 +192,8 @@ impl Engine {
         sentinel::follow_failovers(
             &redis,
             &subscriber,
+            named_master,
+            watchdog.renew_now(),
             settings.command_timeout,
             shutdown_rx.clone(),
         );

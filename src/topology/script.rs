@@ -4,7 +4,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 use std::task::Poll;
 use std::time::Duration;
 
@@ -22,6 +22,7 @@ use crate::base::keys::Str;
 use crate::topology::redirect::{
     is_redirected, is_try_again, send_asking, slot_view, slot_view_of, MAX_REDIRECTIONS,
 };
+use crate::topology::sentinel::NamedMaster;
 
 pub(crate) type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
 
@@ -122,11 +123,17 @@ pub(crate) struct ScriptRunner {
     /// The client with this crate's options for scripts: one attempt, the command timeout
     /// (made once: fred copies a client and its options for each `with_options`).
     redis: WithOptions<Client>,
+    /// Behind Sentinel, the master they name: nothing is sent to another, nor trusted from it.
+    named: Option<Arc<NamedMaster>>,
 }
 
 impl ScriptRunner {
-    /// `timeout` bounds each command.
-    pub(crate) fn new(redis: Client, timeout: Duration) -> ScriptRunner {
+    /// `timeout` bounds each command; `named` is the gate of a client behind Sentinel.
+    pub(crate) fn new(
+        redis: Client,
+        timeout: Duration,
+        named: Option<Arc<NamedMaster>>,
+    ) -> ScriptRunner {
         let options = Options {
             max_attempts: Some(1),
             timeout: Some(timeout),
@@ -134,6 +141,7 @@ impl ScriptRunner {
         };
         ScriptRunner {
             redis: redis.with_options(&options),
+            named,
         }
     }
 
@@ -156,12 +164,20 @@ impl ScriptRunner {
         call: Call,
     ) -> impl Future<Output = Result<Value, RedisError>> + Send + 'static {
         let mut send = self.sender(call, None);
+        let named = self.named.clone();
         async move {
+            if let Some(astray) = named.as_ref().and_then(|named| named.astray()) {
+                return Err(astray);
+            }
             let reply = send.once().await;
-            if is_final(&reply) {
+            let reply = if is_final(&reply) {
                 reply
             } else {
                 Box::pin(send.settle(reply)).await
+            };
+            match named.as_ref().and_then(|named| named.astray()) {
+                Some(astray) => Err(astray),
+                None => reply,
             }
         }
     }
@@ -177,7 +193,15 @@ impl ScriptRunner {
         behind: BoxFuture<T>,
     ) -> BoxFuture<Followed<T>> {
         let mut send = self.sender(call, node);
+        let named = self.named.clone();
         Box::pin(async move {
+            if let Some(astray) = named.as_ref().and_then(|named| named.astray()) {
+                return Followed {
+                    reply: Err(astray),
+                    behind: None,
+                    node: send.node,
+                };
+            }
             let (reply, followed) = {
                 let mut sent = send.once();
                 // fred queues a command in its first poll: the EVALSHA goes first.
@@ -193,6 +217,10 @@ impl ScriptRunner {
             let (reply, behind) = match reply {
                 reply if !is_final(&reply) => (Box::pin(send.settle(reply)).await, None),
                 reply => (reply, Some(followed)),
+            };
+            let reply = match named.as_ref().and_then(|named| named.astray()) {
+                Some(astray) => Err(astray),
+                None => reply,
             };
             Followed {
                 reply,
@@ -466,7 +494,7 @@ mod tests {
 
     #[test]
     fn a_script_future_is_small_as_fred_s_command_future_has_a_box_of_its_own() {
-        let runner = ScriptRunner::new(Client::default(), Duration::from_secs(1));
+        let runner = ScriptRunner::new(Client::default(), Duration::from_secs(1), None);
         let call = Call::of(&LOCK_RELEASE, [Value::from("k1")], [Value::from("a1")]);
         let command = CustomCommand::new_static("EVALSHA", ClusterHash::Custom(0), false);
         let fred_future = runner.redis.custom::<Value, Value>(command, vec![]);

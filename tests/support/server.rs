@@ -323,6 +323,12 @@ fn connect(port: u16, timeout: Duration) -> io::Result<TcpStream> {
 }
 
 /// Sends one command to the server on `port` and renders its reply (see [`read_reply`]).
+/// One command to whatever listens on loopback `port` (a Sentinel, a server the test has
+/// no handle of), its reply rendered as [`RedisServer::command`] does.
+pub fn raw_command(port: u16, args: &[&str]) -> io::Result<String> {
+    send_command(port, args)
+}
+
 fn send_command(port: u16, args: &[&str]) -> io::Result<String> {
     let stream = connect(port, Duration::from_secs(1))?;
     stream.set_read_timeout(Some(COMMAND_TIMEOUT))?;

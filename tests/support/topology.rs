@@ -347,10 +347,13 @@ pub fn shared_cluster() -> Arc<Cluster> {
     cluster
 }
 
-/// A master, its replica and three Sentinels watching them as `mymaster`.
+/// A master, its replica (and any further replicas) and three Sentinels watching them as
+/// `mymaster`.
 pub struct SentinelSetup {
     pub master: RedisServer,
     pub replica: RedisServer,
+    /// Replicas beyond the first.
+    pub others: Vec<RedisServer>,
     pub sentinels: Vec<RedisServer>,
 }
 
@@ -360,9 +363,15 @@ impl SentinelSetup {
     /// Starts the five processes and waits until the replica is in sync and every Sentinel
     /// knows the replica and the other Sentinels.
     pub fn start() -> SentinelSetup {
+        SentinelSetup::start_with_replicas(1)
+    }
+
+    /// [`start`](Self::start) with `replicas` replicas (1 or more).
+    pub fn start_with_replicas(replicas: usize) -> SentinelSetup {
         ensure_installed("redis-sentinel", "redis-sentinel");
         let master = RedisServer::start_with_args(&REPLICATION);
         let replica = start_replica_of(&master);
+        let others = (1..replicas).map(|_| start_replica_of(&master)).collect();
         let config = format!(
             "sentinel monitor {SERVICE} 127.0.0.1 {} 2\n\
              sentinel down-after-milliseconds {SERVICE} 1000\n\
@@ -377,10 +386,32 @@ impl SentinelSetup {
         let setup = SentinelSetup {
             master,
             replica,
+            others,
             sentinels,
         };
         setup.wait_ready();
         setup
+    }
+
+    /// Every data server: the master, the replica and the others, as started (their roles
+    /// change with failovers).
+    pub fn servers(&self) -> Vec<&RedisServer> {
+        let mut servers = vec![&self.master, &self.replica];
+        servers.extend(self.others.iter());
+        servers
+    }
+
+    /// The data server listening on `port`.
+    pub fn server(&self, port: u16) -> &RedisServer {
+        let servers = self.servers();
+        servers.into_iter().find(|s| s.port() == port).unwrap()
+    }
+
+    /// [`server`](Self::server), to stop or restart.
+    pub fn server_mut(&mut self, port: u16) -> &mut RedisServer {
+        let mut servers = vec![&mut self.master, &mut self.replica];
+        servers.extend(self.others.iter_mut());
+        servers.into_iter().find(|s| s.port() == port).unwrap()
     }
 
     /// Waits until every Sentinel knows the replica and the other Sentinels (after a start
@@ -397,7 +428,8 @@ impl SentinelSetup {
                         .map(|i| fields[i + 1].to_string())
                         .unwrap_or_default()
                 };
-                value("num-slaves") == "1" && value("num-other-sentinels") == "2"
+                value("num-slaves") == (1 + self.others.len()).to_string()
+                    && value("num-other-sentinels") == "2"
             })
         });
     }
@@ -442,22 +474,33 @@ impl SentinelSetup {
             .filter(|(n, _)| Some(*n) != paused)
             .map(|(_, s)| s)
             .collect();
-        let old = self.master_port_by(if paused == Some(0) { 1 } else { 0 });
-        let (old, new) = if old == self.master.port() {
-            (&self.master, &self.replica)
-        } else {
-            (&self.replica, &self.master)
-        };
+        let old = self.server(self.master_port_by(if paused == Some(0) { 1 } else { 0 }));
         assert_eq!(live[0].command(&["SENTINEL", "FAILOVER", SERVICE]), "OK");
-        settle("the Sentinels to name the new master", || {
-            live.iter().all(|s| {
-                s.command(&["SENTINEL", "GET-MASTER-ADDR-BY-NAME", SERVICE])
-                    .lines()
-                    .nth(1)
-                    == Some(&new.port().to_string())
-            }) && new.command(&["ROLE"]).starts_with("master")
-        });
+        let new = self.await_new_master(old, &live);
         (old, new)
+    }
+
+    /// Waits until every Sentinel of `live` names one master other than `old`, and that
+    /// server says it is a master; returns it.
+    pub fn await_new_master(&self, old: &RedisServer, live: &[&RedisServer]) -> &RedisServer {
+        let mut new = None;
+        settle("the Sentinels to name the new master", || {
+            let named: Vec<Option<u16>> = (live.iter())
+                .map(|s| {
+                    let reply = s.try_command(&["SENTINEL", "GET-MASTER-ADDR-BY-NAME", SERVICE]);
+                    reply.ok()?.lines().nth(1)?.parse().ok()
+                })
+                .collect();
+            let Some(Some(port)) = named.first().copied() else {
+                return false;
+            };
+            let agreed = port != old.port() && named.iter().all(|n| *n == Some(port));
+            if agreed && self.server(port).command(&["ROLE"]).starts_with("master") {
+                new = Some(port);
+            }
+            new.is_some()
+        });
+        self.server(new.unwrap())
     }
 
     /// Waits until the old master `old` replicates from the new one.

@@ -112,6 +112,8 @@ pub(crate) struct Watchdog {
     by_slot: bool,
     /// Wakes the task when the client closes.
     wake: Notify,
+    /// Has the task renew every hold now (after a move to another master).
+    renew_now: Arc<Notify>,
 }
 
 impl Watchdog {
@@ -130,6 +132,7 @@ impl Watchdog {
             },
             by_slot,
             wake: Notify::new(),
+            renew_now: Arc::new(Notify::new()),
         })
     }
 
@@ -366,6 +369,12 @@ impl Watchdog {
         if Self::generation(&registry, key, id).is_some() {
             registry.remove(key);
         }
+    }
+
+    /// What makes the renewal task renew every hold at once, rather than at its next tick:
+    /// the failover watcher notifies it when the client moved to a new master.
+    pub(crate) fn renew_now(&self) -> Arc<Notify> {
+        self.renew_now.clone()
     }
 
     /// Stops renewing everything; every guard learns its lease will run out.

@@ -65,6 +65,7 @@ impl Watchdog {
         loop {
             tokio::select! {
                 _ = tokio::time::sleep_until(next) => {}
+                _ = self.renew_now.notified() => {}
                 _ = self.closed() => return,
             }
             next = tokio::select! {
