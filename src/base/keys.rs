@@ -148,6 +148,13 @@ pub(crate) fn semaphore_attempt(raw: &str, client: &str, attempt: u64) -> String
     )
 }
 
+/// `redisson_countdownlatch_attempt:{raw}:<client id>:<write id>`: the record of one
+/// count-down of this client, through which a copy of it sent again changes nothing (this
+/// crate's own key, see `lua/once.lua`); braced as the latch's channel, so in its slot.
+pub(crate) fn latch_record(raw: &str, client: &str, write: u64) -> String {
+    format!("redisson_countdownlatch_attempt:{{{raw}}}:{client}:{write}")
+}
+
 /// `redisson_countdownlatch__channel__{raw}`: a count-down latch's channel (Redisson's
 /// `RCountDownLatch`, protocol §14.1). Not `prefixName`: the raw name is always braced.
 pub(crate) fn latch_channel(raw: &str) -> String {
@@ -237,6 +244,10 @@ mod tests {
         assert_eq!(
             latch_channel("jobs"),
             "redisson_countdownlatch__channel__{jobs}"
+        );
+        assert_eq!(
+            latch_record("jobs", U, 4),
+            "redisson_countdownlatch_attempt:{jobs}:U:4"
         );
         assert_eq!(
             latch_channel("{user:7}:latch"),

@@ -5,6 +5,7 @@
 //! decided here and in `pubsub`/`watchdog`; lock kinds only ask for them.
 
 pub(crate) mod latches;
+pub(crate) mod records;
 pub(crate) mod watchdog;
 
 use std::collections::HashMap;
@@ -78,6 +79,8 @@ pub(crate) struct Engine {
     queueing_attempts: Arc<RwLock<()>>,
     /// This client's fair waiters that may be in a queue.
     queue_exits: QueueExits,
+    /// Records of answered writes, for the next script on their object to delete.
+    done_records: records::DoneRecords,
     /// Clients this crate built, and so quits on shutdown.
     owns_redis: bool,
 }
@@ -224,6 +227,7 @@ impl Engine {
             shut_down: watch::channel(false).0,
             queueing_attempts: Arc::new(RwLock::new(())),
             queue_exits: QueueExits::default(),
+            done_records: records::DoneRecords::default(),
             owns_redis,
         })
     }
@@ -269,6 +273,11 @@ impl Engine {
     }
 
     /// This client's fair waiters that may be in a queue.
+    /// Records of this client's writes whose replies arrived (see [`records`]).
+    pub(crate) fn done_records(&self) -> &records::DoneRecords {
+        &self.done_records
+    }
+
     pub(crate) fn queue_exits(&self) -> &QueueExits {
         &self.queue_exits
     }

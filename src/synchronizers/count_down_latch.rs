@@ -109,6 +109,7 @@ impl CountDownLatch {
             name: name.into(),
             raw: raw.into(),
             channel,
+            records: keys::latch_record,
         });
         Ok(CountDownLatch {
             inner: Arc::new(inner),
@@ -145,18 +146,24 @@ impl CountDownLatch {
     ///
     /// # Cancel safety
     /// The count-down starts when this is called and finishes even if the future is
-    /// dropped; its script runs at most once.
+    /// dropped. It happens exactly once: one whose connection drops, or that no replica
+    /// confirmed, is sent again until Redis answers and a replica confirms, for up to 100 s,
+    /// and a copy after the first counts nothing down.
     ///
     /// # Errors
-    /// [`Error::WrongType`] when the key holds another type; [`Error::Redis`] when Redis
-    /// cannot be reached (the count may or may not have gone down) or the key holds text
-    /// that is not a count; [`Error::NotReplicated`]; [`Error::Closed`] after shutdown.
+    /// [`Error::WrongType`] when the key holds another type; [`Error::Redis`] when the key
+    /// holds text that is not a count, or Redis stayed unreachable for 100 s of resends (the
+    /// count may or may not have gone down); [`Error::NotReplicated`] after 100 s of resends
+    /// no replica confirmed; [`Error::Closed`] after shutdown.
     pub fn count_down(&self) -> impl Future<Output = Result<()>> + Send + 'static {
         let inner = self.inner.clone();
         Finishing::new(|| async move {
-            let keys = [Value::String(inner.raw.clone()), inner.channel()];
             let reply = inner
-                .write(Call::of(&LATCH_COUNT_DOWN, keys, [inner.publish()]))
+                .write_once(|record, kept, done| {
+                    let mut keys = vec![inner.key(), inner.channel(), record];
+                    keys.extend(done);
+                    Call::of(&LATCH_COUNT_DOWN, keys, [inner.publish(), kept])
+                })
                 .await?;
             int_reply(&LATCH_COUNT_DOWN, reply).map(|_| ())
         })

@@ -33,6 +33,9 @@ pub(crate) struct Counter {
     pub(crate) raw: Str,
     /// The channel its waiters listen on.
     pub(crate) channel: Str,
+    /// The key of the record of a write (see [`write_once`](Self::write_once)), by the
+    /// counter's key, the client's id and the write's.
+    pub(crate) records: fn(&str, &str, u64) -> String,
 }
 
 impl Counter {
@@ -57,6 +60,49 @@ impl Counter {
         let (reply, confirmation) = engine.run_confirmed(call, key, name).await?;
         engine.confirm(confirmation, key, name).await?;
         Ok(reply)
+    }
+
+    /// A write that must happen exactly once (a release, a count-down): `make` makes its
+    /// call from its record key, how long the record is kept (ms) and the records of
+    /// answered writes for the script to delete (see `lua/once.lua`). It is sent until Redis
+    /// answers it and a replica confirms it, backing off between tries, for at most
+    /// [`UNDO_FOR`]: every copy after the first finds the first one's record, writes nothing
+    /// and answers the same; a copy that reaches a master promoted without the first one's
+    /// write (a failover lost it) makes it again there. Its reply.
+    ///
+    /// # Errors
+    /// The first error that is not retryable (the write did not happen); a retryable one
+    /// met after [`UNDO_FOR`] of tries: the write may or may not have happened.
+    pub(crate) async fn write_once(
+        &self,
+        make: impl Fn(Value, Value, Vec<Value>) -> Call,
+    ) -> Result<Value> {
+        let engine = &self.engine;
+        let id = engine.queue_exits().wait_id();
+        let client = engine.client_id().to_string();
+        let record: Str = (self.records)(&self.raw, &client, id).into();
+        let give_up = Instant::now() + UNDO_FOR;
+        let mut pause = OUTAGE_BACKOFF.0;
+        loop {
+            let done = engine.done_records().take(&self.raw);
+            let call = make(
+                Value::String(record.clone()),
+                Value::from(millis(RECORD_KEPT)),
+                done.into_iter().map(Value::String).collect(),
+            );
+            match self.write(call).await {
+                Ok(reply) => {
+                    engine.done_records().done(&self.raw, record);
+                    return Ok(reply);
+                }
+                Err(error) if error.is_retryable() && Instant::now() + pause < give_up => {
+                    tracing::debug!(%error, name = &*self.name, "a write went unanswered; sending it again");
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(OUTAGE_BACKOFF.1);
+                }
+                Err(error) => return Err(error),
+            }
+        }
     }
 
     /// A semaphore's `trySetPermits` (`lua/semaphore_set.lua`): sets the counter to

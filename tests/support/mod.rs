@@ -193,6 +193,24 @@ pub async fn racy_increment(client: &LockClient, key: &str) {
         .unwrap();
 }
 
+/// The keys of `server` but the write records this crate leaves for a while (acquire
+/// attempts, releases, count-downs: `redisson_sc_attempt:` and
+/// `redisson_countdownlatch_attempt:` keys), sorted; each record must have a TTL.
+pub fn keys_but_records(server: &RedisServer) -> Vec<String> {
+    let keys = server.command(&["KEYS", "*"]);
+    let mut left = Vec::new();
+    for key in keys.lines().filter(|key| !key.is_empty()) {
+        let record = ["redisson_sc_attempt:", "redisson_countdownlatch_attempt:"];
+        if record.iter().any(|prefix| key.starts_with(prefix)) {
+            assert!(pttl(server, key) > 0, "the record {key} has no TTL");
+        } else {
+            left.push(key.to_owned());
+        }
+    }
+    left.sort();
+    left
+}
+
 /// The key's `PTTL` in ms (-2: no such key, -1: no expiry).
 pub fn pttl(server: &RedisServer, key: &str) -> i64 {
     server.command(&["PTTL", key]).parse().unwrap()

@@ -116,6 +116,7 @@ impl PermitExpirableSemaphore {
                 name: name.into(),
                 raw,
                 engine,
+                records: keys::semaphore_attempt,
             },
         };
         Ok(PermitExpirableSemaphore {
@@ -208,10 +209,18 @@ impl PermitExpirableSemaphore {
         let ids = ids.to_vec();
         Finishing::new(|| async move {
             checked?;
-            let mut args = vec![Value::from(epoch_millis()), inner.publish()];
-            args.extend(ids.iter().map(PermitId::arg));
-            let call = Call::of(&EXPIRABLE_RELEASE_MANY, inner.three_keys(), args);
-            Ok(int_reply(&EXPIRABLE_RELEASE_MANY, inner.write(call).await?)? == 1)
+            let now = epoch_millis();
+            let reply = inner
+                .write_once(|record, kept, done| {
+                    let mut keys = inner.three_keys().to_vec();
+                    keys.push(record);
+                    keys.extend(done);
+                    let mut args = vec![Value::from(now), inner.publish(), kept];
+                    args.extend(ids.iter().map(PermitId::arg));
+                    Call::of(&EXPIRABLE_RELEASE_MANY, keys, args)
+                })
+                .await?;
+            Ok(int_reply(&EXPIRABLE_RELEASE_MANY, reply)? == 1)
         })
     }
 

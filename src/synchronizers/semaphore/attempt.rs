@@ -17,11 +17,12 @@ use super::{Inner, RECHECK};
 
 /// One acquire attempt, recorded under a key of its own (see `lua/semaphore_acquire.lua`).
 /// Whatever keeps its outcome from the caller (a lost reply, the future dropped while the
-/// script is on the wire, a replica that did not confirm) gives its permits back.
+/// script is on the wire, a replica that did not confirm) gives its permits back. Acquired,
+/// it yields the record, which the caller files as done once it has the permits.
 pub(super) fn attempt(
     inner: &Arc<Inner>,
     permits: i64,
-) -> impl std::future::Future<Output = Result<Attempt<()>>> + Send + 'static {
+) -> impl std::future::Future<Output = Result<Attempt<Str>>> + Send + 'static {
     let id = inner.engine.queue_exits().wait_id();
     let record: Str = keys::semaphore_attempt(&inner.raw, &inner.client, id).into();
     let undo = Undo {
@@ -29,14 +30,14 @@ pub(super) fn attempt(
         record,
         permits,
     };
-    let call = Call::of(
-        &SEMAPHORE_ACQUIRE,
-        [
-            Value::String(inner.raw.clone()),
-            Value::String(undo.record.clone()),
-        ],
-        [Value::from(permits), Value::from(millis(RECORD_KEPT))],
-    );
+    let mut keys = vec![
+        Value::String(inner.raw.clone()),
+        Value::String(undo.record.clone()),
+    ];
+    let done = inner.engine.done_records().take(&inner.raw);
+    keys.extend(done.into_iter().map(Value::String));
+    let args = [Value::from(permits), Value::from(millis(RECORD_KEPT))];
+    let call = Call::of(&SEMAPHORE_ACQUIRE, keys, args);
     let sent = {
         let undo = undo.clone();
         boxed_in_place(|| async move {
@@ -45,15 +46,19 @@ pub(super) fn attempt(
             let (reply, confirmation) = engine.send_confirmed(call, key).await;
             let attempt = reply
                 .map_err(|e| map_redis_error(e, name))
-                .and_then(read_acquire);
+                .and_then(read_acquire)
+                .map(|attempt| match attempt {
+                    Attempt::Acquired(()) => Attempt::Acquired(undo.record.clone()),
+                    Attempt::Busy { ttl } => Attempt::Busy { ttl },
+                });
             match attempt {
-                Ok(Attempt::Acquired(())) => {
+                Ok(Attempt::Acquired(record)) => {
                     if let Err(error) = engine.confirm(confirmation, key, name).await {
                         // A failover could lose the write: give the permits back.
                         undo.in_background();
                         return Err(error);
                     }
-                    Ok(Attempt::Acquired(()))
+                    Ok(Attempt::Acquired(record))
                 }
                 Err(error) if error.is_retryable() => {
                     // The script may have run, or may still run: undo it either way.
@@ -64,7 +69,7 @@ pub(super) fn attempt(
             }
         })
     };
-    InFlight::new(sent, move |()| {
+    InFlight::new(sent, move |_record| {
         Box::pin(async move { undo.until_done().await })
     })
 }

@@ -78,6 +78,21 @@ struct Inner {
     client: String,
 }
 
+impl Inner {
+    /// Gives `permits` back, exactly once (`lua/semaphore_release.lua`); with `if_exists`,
+    /// only to an existing counter (the reply is then nil when there was none).
+    async fn release(&self, permits: i64, if_exists: bool) -> Result<Value> {
+        self.write_once(|record, kept, done| {
+            let mut keys = vec![self.key(), self.channel(), record];
+            keys.extend(done);
+            let only = static_arg(if if_exists { "1" } else { "0" });
+            let args = [Value::from(permits), self.publish(), kept, only];
+            Call::of(&SEMAPHORE_RELEASE, keys, args)
+        })
+        .await
+    }
+}
+
 impl std::ops::Deref for Inner {
     type Target = Counter;
 
@@ -105,6 +120,7 @@ impl Semaphore {
                 name: name.into(),
                 raw,
                 channel,
+                records: keys::semaphore_attempt,
             },
             client,
         };
@@ -276,14 +292,21 @@ impl Semaphore {
     /// semaphore's capacity. A missing counter starts at 0; a TTL on it stays. `0` does
     /// nothing.
     ///
+    /// # Exactly once
+    /// A release whose connection drops, or that no replica confirmed, is sent again until
+    /// Redis answers it and a replica confirms it, for up to 100 s; a copy that arrives after
+    /// the first ran gives nothing back twice (each release leaves a record for a while, see
+    /// the protocol document).
+    ///
     /// # Cancel safety
     /// The release starts when this is called and finishes even if the future is dropped.
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for a negative count or one over [`MAX_PERMITS`];
-    /// [`Error::Redis`] when Redis cannot be reached (the permits may or may not have been
-    /// given back) or the count would pass [`MAX_PERMITS`]; [`Error::WrongType`];
-    /// [`Error::NotReplicated`].
+    /// [`Error::Redis`] when the count would pass [`MAX_PERMITS`], or Redis stayed
+    /// unreachable for 100 s of resends (the permits may or may not have been given back);
+    /// [`Error::WrongType`]; [`Error::NotReplicated`] after 100 s of resends no replica
+    /// confirmed; [`Error::Closed`] when the client shut down first.
     pub fn release(&self, permits: i64) -> impl Future<Output = Result<()>> + Send + 'static {
         let checked = self.check("release", permits, 0);
         let inner = self.inner.clone();
@@ -292,11 +315,7 @@ impl Semaphore {
             if permits == 0 {
                 return Ok(());
             }
-            let keys = [Value::String(inner.raw.clone()), inner.channel()];
-            let args = [Value::from(permits), inner.publish()];
-            let reply = inner
-                .write(Call::of(&SEMAPHORE_RELEASE, keys, args))
-                .await?;
+            let reply = inner.release(permits, false).await?;
             int_reply(&SEMAPHORE_RELEASE, reply).map(|_| ())
         })
     }
@@ -321,12 +340,7 @@ impl Semaphore {
             if permits == 0 {
                 return Ok(true);
             }
-            let keys = [Value::String(inner.raw.clone()), inner.channel()];
-            let args = [Value::from(permits), inner.publish(), static_arg("1")];
-            match inner
-                .write(Call::of(&SEMAPHORE_RELEASE, keys, args))
-                .await?
-            {
+            match inner.release(permits, true).await? {
                 Value::Null => Ok(false),
                 reply => int_reply(&SEMAPHORE_RELEASE, reply).map(|_| true),
             }
@@ -368,15 +382,18 @@ impl Semaphore {
     /// is dropped, as Java's does.
     ///
     /// # Cancel safety
-    /// Dropped once sent, the script may or may not run; it runs at most once.
+    /// The change starts when this is called and finishes even if the future is dropped;
+    /// it happens exactly once (see [`release`](Self::release)).
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for a delta beyond [`MAX_PERMITS`] either way;
-    /// [`Error::Redis`] when Redis cannot be reached or the count would pass
-    /// [`MAX_PERMITS`]; [`Error::WrongType`]; [`Error::NotReplicated`].
+    /// [`Error::Redis`] when the count would pass [`MAX_PERMITS`], or Redis stayed
+    /// unreachable for 100 s of resends (the change may or may not have been made);
+    /// [`Error::WrongType`]; [`Error::NotReplicated`] after 100 s of resends no replica
+    /// confirmed.
     pub fn add_permits(&self, delta: i64) -> impl Future<Output = Result<()>> + Send + 'static {
         let this = self.clone();
-        async move { this.add_permits_now(delta).await }
+        Finishing::new(|| async move { this.add_permits_now(delta).await })
     }
 
     async fn try_set_permits_now(&self, permits: i64) -> Result<bool> {
@@ -439,9 +456,17 @@ impl Semaphore {
     async fn add_permits_now(&self, delta: i64) -> Result<()> {
         self.check("add", delta, -MAX_PERMITS)?;
         let inner = &self.inner;
-        let keys = [Value::String(inner.raw.clone()), inner.channel()];
-        let args = [Value::from(delta), inner.publish()];
-        let reply = inner.write(Call::of(&SEMAPHORE_ADD, keys, args)).await?;
+        let reply = inner
+            .write_once(|record, kept, done| {
+                let mut keys = vec![inner.key(), inner.channel(), record];
+                keys.extend(done);
+                Call::of(
+                    &SEMAPHORE_ADD,
+                    keys,
+                    [Value::from(delta), inner.publish(), kept],
+                )
+            })
+            .await?;
         int_reply(&SEMAPHORE_ADD, reply).map(|_| ())
     }
 
@@ -470,7 +495,12 @@ impl Semaphore {
         let what = (&*inner.name, "semaphore");
         let wake = (&*inner.channel, semaphore_messages as Messages);
         let taken = wait::synchronizer(&inner.engine, what, wake, wait, || attempt(inner, permits));
-        Ok(taken.await?.is_some())
+        let Some(record) = taken.await? else {
+            return Ok(false);
+        };
+        // The caller has the permits: the attempt's record is needed no more.
+        inner.engine.done_records().done(&inner.raw, record);
+        Ok(true)
     }
 }
 
