@@ -26,6 +26,18 @@ use crate::synchronizers::count_down_latch::CountDownLatch;
 use crate::synchronizers::expirable_semaphore::PermitExpirableSemaphore;
 use crate::synchronizers::semaphore::Semaphore;
 
+/// What [`LockClient::shutdown`] did with what the client owed Redis.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ShutdownReport {
+    /// Guards whose permits the shutdown gave back.
+    pub given_back: usize,
+    /// Guards' give-backs, releases and count-downs that did not finish within the
+    /// shutdown's time limit (Redis unreachable, or refusing): each may or may not have
+    /// been made. 0 when everything owed was given back.
+    pub unfinished: usize,
+}
+
 /// A connection to Redis for locks: one command connection, one subscriber connection, one
 /// watchdog task and one pub/sub task, shared by every lock and guard made from it.
 ///
@@ -275,29 +287,42 @@ impl LockClient {
         self.engine.redis()
     }
 
-    /// Stops the watchdog and the pub/sub task, takes this client's fair lock waiters out
-    /// of their queues, and closes the connections this client opened.
+    /// Stops the watchdog and the pub/sub task, gives back what the client owes Redis, takes
+    /// this client's fair lock waiters out of their queues, and closes the connections this
+    /// client opened. Returns what it gave back and what it could not.
     ///
     /// Holds are not released, as in Redisson: they expire within their lease. Every
     /// guard's `lease_lost()` fires, waiting calls end with [`Error::Closed`], and so does
-    /// every later call. Fair acquire scripts already sent are answered first; no new one
-    /// is sent. Then every waiter of this client still in a fair queue leaves it, as a
-    /// waiter that gives up does, so the waiters behind move up at once and a free lock is
-    /// not blocked until the deadlines of waiters that are gone (Redisson leaves them
-    /// queued until then). When this returns, none of this client's waiters is in a queue,
-    /// unless Redis could not be reached (such an entry is dropped at its deadline, and a
-    /// warning is logged); while Redis is unreachable, this takes a few command timeouts.
+    /// every later call. Permits that are not leases are given back, though: every
+    /// [`SemaphorePermits`](crate::SemaphorePermits) and
+    /// [`ExpirablePermits`](crate::ExpirablePermits) guard still held has its permits
+    /// released (its later drop or release then does nothing), and every release and
+    /// count-down on its way is finished, for at most three command timeouts and a second;
+    /// what did not finish by then is counted in [`ShutdownReport::unfinished`] (and goes on
+    /// until the connections close).
+    ///
+    /// Fair acquire scripts already sent are answered first; no new one is sent. Then every
+    /// waiter of this client still in a fair queue leaves it, as a waiter that gives up does,
+    /// so the waiters behind move up at once and a free lock is not blocked until the
+    /// deadlines of waiters that are gone (Redisson leaves them queued until then). When
+    /// this returns, none of this client's waiters is in a queue, unless Redis could not be
+    /// reached (such an entry is dropped at its deadline, and a warning is logged); while
+    /// Redis is unreachable, this takes a few command timeouts.
     ///
     /// Dropping the last handle (clients, locks and guards all hold one) closes the client
-    /// in the background, but there are no fair waiters left to take out then (each holds
-    /// a handle).
+    /// in the background, but there are no guards or fair waiters left then (each holds a
+    /// handle).
     ///
     /// # Cancel safety
     /// Cancel-safe: once called, the shutdown runs to its end in a task of its own;
     /// dropping the future only stops waiting for it. Calling it again waits for the
-    /// first call's work.
-    pub async fn shutdown(&self) {
-        self.engine.shutdown().await;
+    /// first call's work, and returns its report.
+    pub async fn shutdown(&self) -> ShutdownReport {
+        let settled = self.engine.shutdown().await;
+        ShutdownReport {
+            given_back: settled.finished,
+            unfinished: settled.unfinished,
+        }
     }
 
     /// Whether [`shutdown`](LockClient::shutdown) was called.

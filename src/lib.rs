@@ -35,7 +35,7 @@ pub use base::backoff::Backoff;
 pub use base::error::{Error, Result};
 pub use base::owner::LockOwner;
 pub use builder::LockClientBuilder;
-pub use client::LockClient;
+pub use client::{LockClient, ShutdownReport};
 pub use core::guard::LockGuard;
 pub use core::lease::Lease;
 pub use core::wait::WaitStrategy;

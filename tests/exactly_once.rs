@@ -145,3 +145,35 @@ async fn every_latch_opens_through_killed_connections() {
         .unwrap();
     assert!(kills > 10, "the connections were killed {kills} times");
 }
+
+/// Guards held when the client shuts down have their permits given back by the shutdown,
+/// which says how many; dropping them afterwards gives nothing twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_gives_back_what_guards_hold() {
+    let server = RedisServer::start();
+    let client = client(&server).await;
+    let semaphore = client.semaphore("once-shut-sem").unwrap();
+    assert!(semaphore.try_set_permits(3).await.unwrap());
+    let first = semaphore.acquire_guard(1).await.unwrap();
+    let second = semaphore.acquire_guard(1).await.unwrap();
+    let expirable = client.permit_expirable_semaphore("once-shut-exp").unwrap();
+    assert!(expirable.try_set_permits(1).await.unwrap());
+    let leased = expirable.acquire_guard(1, None).await.unwrap();
+    assert_eq!(server.command(&["GET", "once-shut-sem"]), "1");
+    assert_eq!(server.command(&["GET", "once-shut-exp"]), "0");
+
+    let report = client.shutdown().await;
+    assert_eq!((report.given_back, report.unfinished), (3, 0), "{report:?}");
+    assert_eq!(server.command(&["GET", "once-shut-sem"]), "3");
+    assert_eq!(server.command(&["GET", "once-shut-exp"]), "1");
+    assert_eq!(server.command(&["ZCARD", "{once-shut-exp}:timeout"]), "0");
+    // Given back already: the drops and the release change nothing, and a second
+    // shutdown reports the first one's work.
+    drop(first);
+    second.release().await.unwrap();
+    drop(leased);
+    assert_eq!(client.shutdown().await, report);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(server.command(&["GET", "once-shut-sem"]), "3");
+    assert_eq!(server.command(&["GET", "once-shut-exp"]), "1");
+}

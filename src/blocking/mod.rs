@@ -178,7 +178,7 @@ impl LockClient {
     }
 
     /// As [`LockClient::shutdown`](crate::LockClient::shutdown), waiting until it is done.
-    pub fn shutdown(&self) {
+    pub fn shutdown(&self) -> crate::ShutdownReport {
         self.runtime.block_on(self.inner.shutdown())
     }
 

@@ -5,6 +5,7 @@
 //! decided here and in `pubsub`/`watchdog`; lock kinds only ask for them.
 
 pub(crate) mod latches;
+pub(crate) mod owed;
 pub(crate) mod records;
 pub(crate) mod watchdog;
 
@@ -73,7 +74,10 @@ pub(crate) struct Engine {
     closed: AtomicBool,
     shutdown: watch::Sender<bool>,
     /// Turns true when [`shutdown`](Engine::shutdown) has finished.
-    shut_down: watch::Sender<bool>,
+    /// Set when the shutdown is done, with what it gave back and could not.
+    shut_down: watch::Sender<Option<owed::Settled>>,
+    /// What this client owes Redis (guards' permits, releases and count-downs in flight).
+    owed: Arc<owed::Owed>,
     /// Read by every fair acquire script from before it is sent until its reply; written
     /// by shutdown, which so waits for those on the wire and refuses later ones.
     queueing_attempts: Arc<RwLock<()>>,
@@ -224,7 +228,8 @@ impl Engine {
             next_owner: AtomicU64::new(1),
             closed: AtomicBool::new(false),
             shutdown,
-            shut_down: watch::channel(false).0,
+            shut_down: watch::channel(None).0,
+            owed: Arc::default(),
             queueing_attempts: Arc::new(RwLock::new(())),
             queue_exits: QueueExits::default(),
             done_records: records::DoneRecords::default(),
@@ -423,23 +428,38 @@ impl Engine {
     /// Closes the client (see [`LockClient::shutdown`](crate::LockClient::shutdown)) and
     /// returns when that is done. The work runs in a task of its own, so it finishes even
     /// if the caller stops waiting; a second call waits for the first one's.
-    pub(crate) async fn shutdown(self: &Arc<Self>) {
+    pub(crate) async fn shutdown(self: &Arc<Self>) -> owed::Settled {
         let mut finished = self.shut_down.subscribe();
         if !self.closed.swap(true, Ordering::AcqRel) {
             let engine = self.clone();
             tokio::spawn(async move {
-                engine.close().await;
-                engine.shut_down.send_replace(true);
+                let settled = engine.close().await;
+                engine.shut_down.send_replace(Some(settled));
             });
         }
         // The sender lives as long as `self`.
-        let _ = finished.wait_for(|done| *done).await;
+        let settled = finished.wait_for(Option::is_some).await;
+        settled
+            .ok()
+            .and_then(|settled| *settled)
+            .unwrap_or_default()
     }
 
-    async fn close(&self) {
+    /// What this client owes Redis (see [`owed`]).
+    pub(crate) fn owed(&self) -> &Arc<owed::Owed> {
+        &self.owed
+    }
+
+    async fn close(&self) -> owed::Settled {
         self.watchdog.close();
-        self.shutdown.send_replace(true);
         self.pubsub.wake_all();
+        // Guards' permits given back, releases and count-downs finished, while the
+        // connections (and the Sentinel watcher) still run.
+        let settled = self
+            .owed
+            .settle(self.settings.command_timeout * 3 + Duration::from_secs(1))
+            .await;
+        self.shutdown.send_replace(true);
         // Fair acquire scripts on the wire (they could put a waiter in a queue) are
         // answered before the exits below are sent; later ones are refused. An attempt
         // whose reply takes longer than its three possible commands (EVALSHA, SCRIPT LOAD,
@@ -471,6 +491,7 @@ impl Engine {
         if self.owns_redis {
             let _ = self.redis.quit().await;
         }
+        settled
     }
 }
 

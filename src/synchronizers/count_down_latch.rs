@@ -157,9 +157,10 @@ impl CountDownLatch {
     /// no replica confirmed; [`Error::Closed`] after shutdown.
     pub fn count_down(&self) -> impl Future<Output = Result<()>> + Send + 'static {
         let inner = self.inner.clone();
+        let writing = inner.engine.owed().writing();
         Finishing::new(|| async move {
             let reply = inner
-                .write_once(|record, kept, done| {
+                .write_once(writing, |record, kept, done| {
                     let mut keys = vec![inner.key(), inner.channel(), record];
                     keys.extend(done);
                     Call::of(&LATCH_COUNT_DOWN, keys, [inner.publish(), kept])

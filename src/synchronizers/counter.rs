@@ -14,6 +14,7 @@ use crate::base::backoff::OUTAGE_BACKOFF;
 use crate::base::error::{map_redis_error, Error, Result};
 use crate::base::keys::Str;
 use crate::base::time::millis;
+use crate::engine::owed::Writing;
 use crate::engine::Engine;
 use crate::topology::script::{static_arg, Call, Script, SEMAPHORE_SET};
 
@@ -68,35 +69,51 @@ impl Counter {
     /// answers it and a replica confirms it, backing off between tries, for at most
     /// [`UNDO_FOR`]: every copy after the first finds the first one's record, writes nothing
     /// and answers the same; a copy that reaches a master promoted without the first one's
-    /// write (a failover lost it) makes it again there. Its reply.
+    /// write (a failover lost it) makes it again there. `writing` counts it among the writes
+    /// a shutdown waits for (taken when the caller asked for the write); it is sent while the
+    /// client shuts down, until the shutdown settled. Its reply.
     ///
     /// # Errors
     /// The first error that is not retryable (the write did not happen); a retryable one
-    /// met after [`UNDO_FOR`] of tries: the write may or may not have happened.
+    /// met after [`UNDO_FOR`] of tries, or when the shutdown settled: the write may or may
+    /// not have happened.
     pub(crate) async fn write_once(
         &self,
+        writing: Result<Writing>,
         make: impl Fn(Value, Value, Vec<Value>) -> Call,
     ) -> Result<Value> {
-        let engine = &self.engine;
+        let _writing = writing?;
+        let (engine, key, name) = (&self.engine, &self.raw, &self.name);
         let id = engine.queue_exits().wait_id();
         let client = engine.client_id().to_string();
-        let record: Str = (self.records)(&self.raw, &client, id).into();
+        let record: Str = (self.records)(key, &client, id).into();
         let give_up = Instant::now() + UNDO_FOR;
         let mut pause = OUTAGE_BACKOFF.0;
         loop {
-            let done = engine.done_records().take(&self.raw);
+            let done = engine.done_records().take(key);
             let call = make(
                 Value::String(record.clone()),
                 Value::from(millis(RECORD_KEPT)),
                 done.into_iter().map(Value::String).collect(),
             );
-            match self.write(call).await {
+            // Sent whether or not the client is closing: a shutdown waits for it.
+            let written = async {
+                let (reply, confirmation) = engine.send_confirmed(call, key).await;
+                let reply = reply.map_err(|e| map_redis_error(e, name))?;
+                engine.confirm(confirmation, key, name).await?;
+                Ok::<_, Error>(reply)
+            };
+            match written.await {
                 Ok(reply) => {
-                    engine.done_records().done(&self.raw, record);
+                    engine.done_records().done(key, record);
                     return Ok(reply);
                 }
-                Err(error) if error.is_retryable() && Instant::now() + pause < give_up => {
-                    tracing::debug!(%error, name = &*self.name, "a write went unanswered; sending it again");
+                Err(error)
+                    if error.is_retryable()
+                        && Instant::now() + pause < give_up
+                        && !engine.owed().is_settled() =>
+                {
+                    tracing::debug!(%error, name = &**name, "a write went unanswered; sending it again");
                     tokio::time::sleep(pause).await;
                     pause = (pause * 2).min(OUTAGE_BACKOFF.1);
                 }

@@ -207,11 +207,12 @@ impl PermitExpirableSemaphore {
         let checked = self.check("release", ids.len() as i64, 1);
         let inner = self.inner.clone();
         let ids = ids.to_vec();
+        let writing = inner.engine.owed().writing();
         Finishing::new(|| async move {
             checked?;
             let now = epoch_millis();
             let reply = inner
-                .write_once(|record, kept, done| {
+                .write_once(writing, |record, kept, done| {
                     let mut keys = inner.three_keys().to_vec();
                     keys.push(record);
                     keys.extend(done);

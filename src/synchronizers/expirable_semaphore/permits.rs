@@ -9,21 +9,48 @@ use super::{PermitExpirableSemaphore, PermitId};
 /// back when the guard is dropped (in the background).
 ///
 /// Each permit keeps its own lease: one that ran out goes back to the pool whether or not
-/// the guard still lives, and the guard's release then says so.
-#[must_use = "dropping the guard gives the permits back at once"]
+/// the guard still lives, and the guard's release then says so. A guard still held when its
+/// client shuts down has its permits given back by
+/// [`LockClient::shutdown`](crate::LockClient::shutdown); its drop or release then does
+/// nothing.
+#[must_use = "dropping the guard gives the permits back (in the background)"]
 #[derive(Debug)]
 pub struct ExpirablePermits {
     semaphore: PermitExpirableSemaphore,
     ids: Vec<PermitId>,
-    armed: bool,
+    /// Its entry among what the client owes, while it holds the permits (`None`: given
+    /// back, kept, or taken by the shutdown).
+    owed: Option<u64>,
 }
 
 impl ExpirablePermits {
     pub(super) fn new(semaphore: PermitExpirableSemaphore, ids: Vec<PermitId>) -> Self {
+        let (giving, held) = (semaphore.clone(), ids.clone());
+        let owed = (semaphore.inner.engine.owed()).hold(Box::new(move || {
+            // Each id on its own, so that one whose lease ran out keeps none of the others
+            // back; made now, so that the shutdown counts them among its writes.
+            let releases: Vec<_> = (held.iter())
+                .map(|id| giving.try_release_many(std::slice::from_ref(id)))
+                .collect();
+            Box::pin(async move {
+                for release in releases {
+                    release.await?;
+                }
+                Ok(())
+            })
+        }));
         ExpirablePermits {
             semaphore,
             ids,
-            armed: true,
+            owed,
+        }
+    }
+
+    /// Whether the permits are still this guard's to give back (not taken by a shutdown).
+    fn still_owed(&mut self) -> bool {
+        match self.owed.take() {
+            Some(id) => self.semaphore.inner.engine.owed().take(id),
+            None => false,
         }
     }
 
@@ -40,7 +67,7 @@ impl ExpirablePermits {
     /// Keeps the permits taken: nothing is given back on drop. Returns their ids, to
     /// release later (until their leases end).
     pub fn forget(mut self) -> Vec<PermitId> {
-        self.armed = false;
+        self.still_owed();
         std::mem::take(&mut self.ids)
     }
 
@@ -54,12 +81,14 @@ impl ExpirablePermits {
     ///
     /// # Errors
     /// As [`PermitExpirableSemaphore::try_release`]: the permits may or may not have been
-    /// given back.
+    /// given back. `Ok(true)` at once when the client's shutdown gave them back.
     pub fn release(mut self) -> impl std::future::Future<Output = Result<bool>> + Send + 'static {
-        self.armed = false;
-        let releases: Vec<_> = (self.ids.iter())
-            .map(|id| self.semaphore.try_release(*id))
-            .collect();
+        let releases: Vec<_> = match self.still_owed() {
+            true => (self.ids.iter())
+                .map(|id| self.semaphore.try_release(*id))
+                .collect(),
+            false => Vec::new(),
+        };
         async move {
             let mut all = true;
             for release in releases {
@@ -72,8 +101,7 @@ impl ExpirablePermits {
 
 impl Drop for ExpirablePermits {
     fn drop(&mut self) {
-        if self.armed && !self.ids.is_empty() {
-            self.armed = false;
+        if self.still_owed() && !self.ids.is_empty() {
             let ids = std::mem::take(&mut self.ids);
             let releases: Vec<_> = ids
                 .iter()

@@ -19,6 +19,7 @@ use crate::base::error::{map_redis_error, Error, Result};
 use crate::base::keys::{self};
 use crate::core::guard::Finishing;
 use crate::core::wait::{self, Wait};
+use crate::engine::owed::Writing;
 use crate::engine::Engine;
 use crate::synchronizers::counter::{int_reply, Counter};
 use crate::topology::pubsub::Messages;
@@ -81,8 +82,13 @@ struct Inner {
 impl Inner {
     /// Gives `permits` back, exactly once (`lua/semaphore_release.lua`); with `if_exists`,
     /// only to an existing counter (the reply is then nil when there was none).
-    async fn release(&self, permits: i64, if_exists: bool) -> Result<Value> {
-        self.write_once(|record, kept, done| {
+    async fn release(
+        &self,
+        permits: i64,
+        if_exists: bool,
+        writing: Result<Writing>,
+    ) -> Result<Value> {
+        self.write_once(writing, |record, kept, done| {
             let mut keys = vec![self.key(), self.channel(), record];
             keys.extend(done);
             let only = static_arg(if if_exists { "1" } else { "0" });
@@ -310,12 +316,13 @@ impl Semaphore {
     pub fn release(&self, permits: i64) -> impl Future<Output = Result<()>> + Send + 'static {
         let checked = self.check("release", permits, 0);
         let inner = self.inner.clone();
+        let writing = inner.engine.owed().writing();
         Finishing::new(|| async move {
             checked?;
             if permits == 0 {
                 return Ok(());
             }
-            let reply = inner.release(permits, false).await?;
+            let reply = inner.release(permits, false, writing).await?;
             int_reply(&SEMAPHORE_RELEASE, reply).map(|_| ())
         })
     }
@@ -335,12 +342,13 @@ impl Semaphore {
     ) -> impl Future<Output = Result<bool>> + Send + 'static {
         let checked = self.check("release", permits, 0);
         let inner = self.inner.clone();
+        let writing = inner.engine.owed().writing();
         Finishing::new(|| async move {
             checked?;
             if permits == 0 {
                 return Ok(true);
             }
-            match inner.release(permits, true).await? {
+            match inner.release(permits, true, writing).await? {
                 Value::Null => Ok(false),
                 reply => int_reply(&SEMAPHORE_RELEASE, reply).map(|_| true),
             }
@@ -393,7 +401,8 @@ impl Semaphore {
     /// confirmed.
     pub fn add_permits(&self, delta: i64) -> impl Future<Output = Result<()>> + Send + 'static {
         let this = self.clone();
-        Finishing::new(|| async move { this.add_permits_now(delta).await })
+        let writing = this.inner.engine.owed().writing();
+        Finishing::new(|| async move { this.add_permits_now(delta, writing).await })
     }
 
     async fn try_set_permits_now(&self, permits: i64) -> Result<bool> {
@@ -453,11 +462,11 @@ impl Semaphore {
         int_reply(&SEMAPHORE_DRAIN, inner.write(call).await?)
     }
 
-    async fn add_permits_now(&self, delta: i64) -> Result<()> {
+    async fn add_permits_now(&self, delta: i64, writing: Result<Writing>) -> Result<()> {
         self.check("add", delta, -MAX_PERMITS)?;
         let inner = &self.inner;
         let reply = inner
-            .write_once(|record, kept, done| {
+            .write_once(writing, |record, kept, done| {
                 let mut keys = vec![inner.key(), inner.channel(), record];
                 keys.extend(done);
                 Call::of(

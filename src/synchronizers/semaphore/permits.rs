@@ -8,22 +8,38 @@ use super::Semaphore;
 /// Permits taken by [`Semaphore::acquire_guard`] and its `try_` forms, given back when the
 /// guard is dropped (in the background), like `tokio::sync::SemaphorePermit`.
 ///
-/// A process that dies while holding permits never gives them back: Redisson's semaphore
-/// has no owner and no lease, so they stay taken until someone releases or adds permits.
-#[must_use = "dropping the guard gives the permits back at once"]
+/// A guard still held when its client shuts down has its permits given back by
+/// [`LockClient::shutdown`](crate::LockClient::shutdown); its drop or release then does
+/// nothing. A process that dies while holding permits never gives them back: Redisson's
+/// semaphore has no owner and no lease, so they stay taken until someone releases or adds
+/// permits.
+#[must_use = "dropping the guard gives the permits back (in the background)"]
 #[derive(Debug)]
 pub struct SemaphorePermits {
     semaphore: Semaphore,
     permits: i64,
-    armed: bool,
+    /// Its entry among what the client owes, while it holds the permits (`None`: given
+    /// back, kept, or taken by the shutdown).
+    owed: Option<u64>,
 }
 
 impl SemaphorePermits {
     pub(super) fn new(semaphore: Semaphore, permits: i64) -> SemaphorePermits {
+        let giving = semaphore.clone();
+        let owed = (semaphore.inner.engine.owed())
+            .hold(Box::new(move || Box::pin(giving.release(permits))));
         SemaphorePermits {
             semaphore,
             permits,
-            armed: true,
+            owed,
+        }
+    }
+
+    /// Whether the permits are still this guard's to give back (not taken by a shutdown).
+    fn still_owed(&mut self) -> bool {
+        match self.owed.take() {
+            Some(id) => self.semaphore.inner.engine.owed().take(id),
+            None => false,
         }
     }
 
@@ -37,9 +53,10 @@ impl SemaphorePermits {
         &self.semaphore
     }
 
-    /// Keeps the permits taken: nothing is given back, now or on drop. Returns how many.
+    /// Keeps the permits taken: nothing is given back, now, on drop or at shutdown.
+    /// Returns how many.
     pub fn forget(mut self) -> i64 {
-        self.armed = false;
+        self.still_owed();
         self.permits
     }
 
@@ -49,16 +66,22 @@ impl SemaphorePermits {
     /// The release starts when this is called and finishes even if the future is dropped.
     ///
     /// # Errors
-    /// As [`Semaphore::release`]: the permits may or may not have been given back.
+    /// As [`Semaphore::release`]. `Ok` at once when the client's shutdown gave them back.
     pub fn release(mut self) -> impl std::future::Future<Output = Result<()>> + Send + 'static {
-        self.armed = false;
-        self.semaphore.release(self.permits)
+        let owed = self.still_owed();
+        let release = owed.then(|| self.semaphore.release(self.permits));
+        async move {
+            match release {
+                Some(release) => release.await,
+                None => Ok(()),
+            }
+        }
     }
 }
 
 impl Drop for SemaphorePermits {
     fn drop(&mut self) {
-        if self.armed && self.permits > 0 {
+        if self.still_owed() && self.permits > 0 {
             let release = self.semaphore.release(self.permits);
             release_in_background(async move {
                 if let Err(error) = release.await {
