@@ -5,9 +5,12 @@
 //! sleep, networks slowed, cut, black-holed and half-opened. On a cluster with replicas, or
 //! a master with a replica and Sentinels (`--topology`): failovers, replicas paused,
 //! connections killed, Sentinels restarted, processes killed and paused (see `topology.rs`).
-//! Every invariant of `tests/support/workload.rs` is checked during and after the run. It
-//! prints the acquisitions, the faults injected by kind, the invariant violations (there
-//! must be none; the exit code says so) and the wait percentiles.
+//! Every invariant of `tests/support/workload.rs` is checked during and after the run; the
+//! parent process works a semaphore, a permit-expirable semaphore and count-down latches
+//! meanwhile, under the same faults, and checks that no permit is lost or added and every
+//! latch opens (see `synchronizers.rs`). It prints the acquisitions, the faults injected by
+//! kind, the invariant violations (there must be none; the exit code says so) and the wait
+//! percentiles.
 //!
 //! ```sh
 //! cargo run --release --example fault_run                  # 2 minutes
@@ -17,6 +20,7 @@
 
 #[path = "../../tests/support/mod.rs"]
 mod support;
+mod synchronizers;
 mod topology;
 
 use std::collections::BTreeMap;
@@ -391,6 +395,10 @@ async fn run(options: &Options) -> usize {
         names: 0,
     };
     let started = Instant::now();
+    // Its own client, on the deployment's URL (no proxy: the parent is never cut off).
+    let synchronizing = lock_client(&url).await.expect("connect the synchronizers");
+    let synchronizers =
+        synchronizers::Synchronizers::start(&synchronizing, started + options.duration).await;
     let mut run = Run {
         deployment: Arc::new(Mutex::new(deployment)),
         probe: Arc::new(Mutex::new(probe)),
@@ -463,8 +471,14 @@ async fn run(options: &Options) -> usize {
         .ok()
         .expect("the schedule is over");
     let deployment = deployment.into_inner().unwrap();
+    let (synchronizer_violations, synchronized) = synchronizers.finish(&observer).await;
+    violations.extend(synchronizer_violations);
     violations.extend(settle(&observer, &deployment, &workload, Duration::from_secs(30)).await);
     violations.extend(lost_updates(&deployment, &workload));
+    let shut = synchronizing.shutdown().await;
+    if shut.unfinished > 0 {
+        violations.push(format!("the synchronizers' client shut down with {shut:?}"));
+    }
     observer.shutdown().await;
     let probe = Arc::try_unwrap(run.probe)
         .ok()
@@ -477,6 +491,7 @@ async fn run(options: &Options) -> usize {
     violations.extend(totals.token_violations());
     violations.extend(std::mem::take(&mut totals.violations));
     print_report(&mut totals, &injected, &probe, &violations, elapsed);
+    println!("{synchronized}");
     violations.len()
 }
 

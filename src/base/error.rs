@@ -258,6 +258,8 @@ pub(crate) fn is_transient(error: &RedisError) -> bool {
                 "READONLY",
                 "CLUSTERDOWN",
                 "BUSY",
+                // A WAIT ended by its master's demotion: a failover is under way.
+                "UNBLOCKED",
             ]
             .iter()
             .any(|prefix| words.starts_with(prefix))

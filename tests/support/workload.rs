@@ -508,16 +508,26 @@ pub async fn settle(
 pub fn leftovers(store: &impl Store) -> Vec<String> {
     let mut violations = Vec::new();
     for key in store.keys() {
-        if key.starts_with("resource:") || key.starts_with("redisson_lock_token:") {
+        // The synchronizers' counters (the fault run's, which it checks itself) stay.
+        let kept = [
+            "resource:",
+            "redisson_lock_token:",
+            "run-sync:",
+            "{run-sync:",
+        ];
+        if kept.iter().any(|prefix| key.starts_with(prefix)) {
             continue;
         }
         let ttl: i64 = store.on_key(&key, &["PTTL", &key]).parse().unwrap_or(-2);
-        // Unlock latches, and a fair waiter's fence and an owner's trace (left by a wait that
-        // had an attempt go unanswered), expire by themselves.
+        // Unlock latches, a fair waiter's fence and an owner's trace (left by a wait that
+        // had an attempt go unanswered), and the synchronizers' write records expire by
+        // themselves.
         let expiring = [
             "redisson_unlock_latch:",
             "redisson_lock_left:",
             "redisson_lock_took:",
+            "redisson_sc_attempt:",
+            "redisson_countdownlatch_attempt:",
         ]
         .iter()
         .any(|prefix| key.starts_with(prefix));
