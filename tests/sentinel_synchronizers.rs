@@ -104,3 +104,30 @@ async fn synchronizers_wake_each_other_and_live_through_a_failover() {
     );
     assert_eq!(promoted.command(&["GET", "s-failover"]), "0");
 }
+
+/// Semaphores and latches worked all along two failovers: no permit lost or added, every
+/// release and count-down made once, every latch's waiters open.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_permit_or_count_down_is_lost_through_failovers() {
+    let setup = SentinelSetup::start();
+    // A database in the URL, as services write it.
+    let url = setup.url().replacen('?', "/0?", 1);
+    let client = deployment_client(&url, |b| {
+        b.command_timeout(Duration::from_secs(2))
+            .watchdog_timeout(Duration::from_secs(10))
+    })
+    .await;
+    let until = std::time::Instant::now() + Duration::from_secs(20);
+    let working = support::synchronizers::Synchronizers::start(&client, "s-churn:", until).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    tokio::task::block_in_place(|| {
+        setup.failover();
+        setup.failover();
+    });
+    let observer = deployment_client(&url, |b| b).await;
+    let (violations, done) = working.finish(&observer).await;
+    eprintln!("{done}");
+    assert!(violations.is_empty(), "{violations:#?}");
+    let report = client.shutdown().await;
+    assert_eq!(report.unfinished, 0, "{report:?}");
+}

@@ -8,7 +8,7 @@
 //! Every invariant of `tests/support/workload.rs` is checked during and after the run; the
 //! parent process works a semaphore, a permit-expirable semaphore and count-down latches
 //! meanwhile, under the same faults, and checks that no permit is lost or added and every
-//! latch opens (see `synchronizers.rs`). It prints the acquisitions, the faults injected by
+//! latch opens (see `tests/support/synchronizers.rs`). It prints the acquisitions, the faults injected by
 //! kind, the invariant violations (there must be none; the exit code says so) and the wait
 //! percentiles.
 //!
@@ -20,7 +20,6 @@
 
 #[path = "../../tests/support/mod.rs"]
 mod support;
-mod synchronizers;
 mod topology;
 
 use std::collections::BTreeMap;
@@ -29,6 +28,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use redisson_lock::LockClient;
+use support::synchronizers::Synchronizers;
 use support::workload::{lost_updates, settle, Tally, Totals, Workload};
 use support::{FaultProxy, Net};
 use tokio::io::{AsyncBufReadExt, BufReader};
@@ -397,8 +397,8 @@ async fn run(options: &Options) -> usize {
     let started = Instant::now();
     // Its own client, on the deployment's URL (no proxy: the parent is never cut off).
     let synchronizing = lock_client(&url).await.expect("connect the synchronizers");
-    let synchronizers =
-        synchronizers::Synchronizers::start(&synchronizing, started + options.duration).await;
+    let until = started + options.duration;
+    let synchronizers = Synchronizers::start(&synchronizing, "run-sync:", until).await;
     let mut run = Run {
         deployment: Arc::new(Mutex::new(deployment)),
         probe: Arc::new(Mutex::new(probe)),

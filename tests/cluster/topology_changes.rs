@@ -289,3 +289,27 @@ async fn a_connection_task_stopped_by_an_ask_is_started_again() {
     assert!(lock.is_locked().await.unwrap());
     guard.unlock().await.unwrap();
 }
+
+/// Semaphores and latches worked all along failovers of the semaphore's master and a slot
+/// migration: no permit lost or added, every release and count-down made once, every
+/// latch's waiters open.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_permit_or_count_down_is_lost_through_failovers_and_migrations() {
+    let cluster = shared_cluster();
+    let client = cluster_client_with(&cluster, |b| b.command_timeout(Duration::from_secs(2))).await;
+    let until = std::time::Instant::now() + Duration::from_secs(12);
+    let working = support::synchronizers::Synchronizers::start(&client, "c-churn:", until).await;
+    let slot = cluster.slot("c-churn:sem");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    tokio::task::block_in_place(|| {
+        cluster.failover(slot);
+        cluster.migrate_slot(slot, &cluster.other_master(slot));
+        cluster.failover(slot);
+    });
+    let observer = cluster_client_with(&cluster, |b| b).await;
+    let (violations, done) = working.finish(&observer).await;
+    eprintln!("{done}");
+    assert!(violations.is_empty(), "{violations:#?}");
+    let report = client.shutdown().await;
+    assert_eq!(report.unfinished, 0, "{report:?}");
+}

@@ -9,6 +9,7 @@ pub mod process;
 pub mod proxy;
 pub mod resource;
 pub mod server;
+pub mod synchronizers;
 pub mod tally;
 pub mod topology;
 pub mod workload;

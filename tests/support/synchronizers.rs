@@ -1,9 +1,9 @@
-//! The synchronizers under the same schedule of faults: a semaphore, a permit-expirable
-//! semaphore and count-down latches, worked by tasks of the parent process (which the
-//! schedule never kills: a plain semaphore's permits die with a killed holder, by
-//! Redisson's protocol). What must hold: never more holders than permits; every release
-//! and count-down made (none fails); every waiter of a latch counted down to 0 opens; and
-//! at the end each semaphore has exactly the permits it started with.
+//! The synchronizers worked while faults play (the load-and-faults run's, a test's
+//! failovers): a semaphore, a permit-expirable semaphore and count-down latches, worked by
+//! tasks of a process that is not killed (a plain semaphore's permits die with a killed
+//! holder, by Redisson's protocol). What must hold: never more holders than permits; every
+//! release and count-down made (none fails); every waiter of a latch counted down to 0
+//! opens; and at the end each semaphore has exactly the permits it started with.
 
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -19,13 +19,13 @@ const LEASE: Duration = Duration::from_secs(10);
 /// How long a latch's waiters may take to open after its last count-down.
 const OPENS_WITHIN: Duration = Duration::from_secs(30);
 
-const SEMAPHORE: &str = "run-sync:sem";
-const EXPIRABLE: &str = "run-sync:expirable";
-
 /// The synchronizers' tasks, running until the run's end.
 pub struct Synchronizers {
     tasks: JoinSet<()>,
     counts: Arc<Counts>,
+    /// The semaphores' names.
+    semaphore: String,
+    expirable: String,
 }
 
 #[derive(Default)]
@@ -44,10 +44,12 @@ impl Counts {
 }
 
 impl Synchronizers {
-    /// Sets both semaphores' permits and starts the tasks on `client` until `until`.
-    pub async fn start(client: &LockClient, until: Instant) -> Synchronizers {
-        let semaphore = client.semaphore(SEMAPHORE).unwrap();
-        let expirable = client.permit_expirable_semaphore(EXPIRABLE).unwrap();
+    /// Sets both semaphores' permits and starts the tasks on `client` until `until`; every
+    /// name starts with `prefix`.
+    pub async fn start(client: &LockClient, prefix: &str, until: Instant) -> Synchronizers {
+        let names = (format!("{prefix}sem"), format!("{prefix}expirable"));
+        let semaphore = client.semaphore(&names.0).unwrap();
+        let expirable = client.permit_expirable_semaphore(&names.1).unwrap();
         semaphore
             .try_set_permits(PERMITS)
             .await
@@ -61,11 +63,12 @@ impl Synchronizers {
         let holders = Arc::new(AtomicI64::new(0));
         for _ in 0..3 {
             let (semaphore, counts, holders) = (semaphore.clone(), counts.clone(), holders.clone());
+            let name = names.0.clone();
             tasks.spawn(async move {
                 while Instant::now() < until {
                     match semaphore.try_acquire_for(1, Duration::from_secs(1)).await {
                         Ok(true) => {
-                            held(&holders, &counts, SEMAPHORE).await;
+                            held(&holders, &counts, &name).await;
                             match semaphore.release(1).await {
                                 Ok(()) => counts.semaphore_rounds.fetch_add(1, Ordering::Relaxed),
                                 Err(error) => {
@@ -86,12 +89,13 @@ impl Synchronizers {
         for _ in 0..2 {
             let (expirable, counts) = (expirable.clone(), counts.clone());
             let holders = expirable_holders.clone();
+            let name = names.1.clone();
             tasks.spawn(async move {
                 while Instant::now() < until {
                     let wait = Duration::from_secs(1);
                     match expirable.try_acquire_guard_for(1, wait, Some(LEASE)).await {
                         Ok(Some(permit)) => {
-                            held(&holders, &counts, EXPIRABLE).await;
+                            held(&holders, &counts, &name).await;
                             match permit.release().await {
                                 Ok(_) => counts.expirable_rounds.fetch_add(1, Ordering::Relaxed),
                                 // A lone release is sent once: its lease brings it back.
@@ -105,8 +109,15 @@ impl Synchronizers {
             });
         }
         let (latches, counts_for_latches) = (client.clone(), counts.clone());
-        tasks.spawn(async move { latch_rounds(&latches, &counts_for_latches, until).await });
-        Synchronizers { tasks, counts }
+        let latch = format!("{prefix}latch");
+        tasks
+            .spawn(async move { latch_rounds(&latches, &latch, &counts_for_latches, until).await });
+        Synchronizers {
+            tasks,
+            counts,
+            semaphore: names.0,
+            expirable: names.1,
+        }
     }
 
     /// Waits for the tasks, then checks that each semaphore came back to its permits (an
@@ -115,8 +126,10 @@ impl Synchronizers {
     pub async fn finish(mut self, observer: &LockClient) -> (Vec<String>, String) {
         while self.tasks.join_next().await.is_some() {}
         let counts = &self.counts;
-        let semaphore = observer.semaphore(SEMAPHORE).unwrap();
-        let expirable = observer.permit_expirable_semaphore(EXPIRABLE).unwrap();
+        let semaphore = observer.semaphore(&self.semaphore).unwrap();
+        let expirable = observer
+            .permit_expirable_semaphore(&self.expirable)
+            .unwrap();
         let limit = Instant::now() + LEASE + Duration::from_secs(20);
         let (mut free, mut expirable_free) = (None, None);
         while Instant::now() < limit {
@@ -168,11 +181,11 @@ async fn pause(counts: &Counts) {
 
 /// Latches one after another: each set to 2, two waiters of its own, two count-downs; both
 /// waiters must open.
-async fn latch_rounds(client: &LockClient, counts: &Counts, until: Instant) {
+async fn latch_rounds(client: &LockClient, prefix: &str, counts: &Counts, until: Instant) {
     let mut round = 0;
     while Instant::now() < until {
         round += 1;
-        let name = format!("run-sync:latch:{round}");
+        let name = format!("{prefix}:{round}");
         let latch = client.count_down_latch(&name).unwrap();
         // A set is sent once: one that may not have happened is given up for a new latch.
         match latch.try_set_count(2).await {
