@@ -177,3 +177,43 @@ async fn shutdown_gives_back_what_guards_hold() {
     assert_eq!(server.command(&["GET", "once-shut-sem"]), "3");
     assert_eq!(server.command(&["GET", "once-shut-exp"]), "1");
 }
+
+/// The records that make writes exactly once do not pile up: the next script on the same
+/// semaphore deletes those whose replies arrived, so after a busy loop the server keeps at
+/// most those of the writes in flight and 32 answered ones waiting for the next script.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn records_do_not_grow_with_throughput() {
+    let server = RedisServer::start();
+    let client = client(&server).await;
+    let semaphore = client.semaphore("once-records").unwrap();
+    assert!(semaphore.try_set_permits(4).await.unwrap());
+    let until = Instant::now() + Duration::from_secs(3);
+    let tasks: Vec<_> = (0..4)
+        .map(|_| {
+            let semaphore = semaphore.clone();
+            tokio::spawn(async move {
+                let mut rounds = 0;
+                while Instant::now() < until {
+                    semaphore.acquire(1).await.unwrap();
+                    semaphore.release(1).await.unwrap();
+                    rounds += 1;
+                }
+                rounds
+            })
+        })
+        .collect();
+    let rounds: u32 = all_finish(Duration::from_secs(60), "the loops", tasks)
+        .await
+        .into_iter()
+        .sum();
+    let records = server
+        .command(&["KEYS", "redisson_sc_attempt:*"])
+        .lines()
+        .count();
+    eprintln!("{rounds} acquire+release rounds left {records} records");
+    assert!(rounds > 500, "only {rounds} rounds");
+    assert!(
+        records <= 32 + 4,
+        "{records} records left after {rounds} rounds"
+    );
+}
