@@ -475,7 +475,13 @@ impl SentinelSetup {
             .map(|(_, s)| s)
             .collect();
         let old = self.server(self.master_port_by(if paused == Some(0) { 1 } else { 0 }));
-        assert_eq!(live[0].command(&["SENTINEL", "FAILOVER", SERVICE]), "OK");
+        // A replica that just (re)joined is no candidate until the Sentinels have read its
+        // state again (NOGOODSLAVE), which takes them up to ten seconds.
+        settle("a Sentinel to start a failover", || {
+            let reply = live[0].command(&["SENTINEL", "FAILOVER", SERVICE]);
+            assert!(reply == "OK" || reply.contains("NOGOODSLAVE"), "{reply}");
+            reply == "OK"
+        });
         let new = self.await_new_master(old, &live);
         (old, new)
     }
