@@ -46,7 +46,10 @@ impl Semaphore {
     /// # Errors
     /// As [`Semaphore::acquire_guard`](crate::Semaphore::acquire_guard).
     pub fn acquire_guard(&self, permits: i64) -> Result<SemaphorePermits> {
-        let taken = self.runtime.block_on(self.inner.acquire_guard(permits))?;
+        let taken = self.runtime.block_on(
+            "blocking::Semaphore::acquire_guard",
+            self.inner.acquire_guard(permits),
+        )?;
         Ok(self.guard(taken))
     }
 
@@ -55,9 +58,10 @@ impl Semaphore {
     /// # Errors
     /// As [`Semaphore::try_acquire_guard`](crate::Semaphore::try_acquire_guard).
     pub fn try_acquire_guard(&self, permits: i64) -> Result<Option<SemaphorePermits>> {
-        let taken = self
-            .runtime
-            .block_on(self.inner.try_acquire_guard(permits))?;
+        let taken = self.runtime.block_on(
+            "blocking::Semaphore::try_acquire_guard",
+            self.inner.try_acquire_guard(permits),
+        )?;
         Ok(taken.map(|taken| self.guard(taken)))
     }
 
@@ -70,7 +74,10 @@ impl Semaphore {
         permits: i64,
         wait: Duration,
     ) -> Result<Option<SemaphorePermits>> {
-        let taken = (self.runtime).block_on(self.inner.try_acquire_guard_for(permits, wait))?;
+        let taken = (self.runtime).block_on(
+            "blocking::Semaphore::try_acquire_guard_for",
+            self.inner.try_acquire_guard_for(permits, wait),
+        )?;
         Ok(taken.map(|taken| self.guard(taken)))
     }
 
@@ -178,7 +185,9 @@ impl SemaphorePermits {
     /// As [`SemaphorePermits::release`](crate::SemaphorePermits::release).
     pub fn release(mut self) -> Result<()> {
         let taken = self.inner.take().expect("held until consumed");
-        self.semaphore.runtime.block_on(taken.release())
+        self.semaphore
+            .runtime
+            .block_on("blocking::SemaphorePermits::release", taken.release())
     }
 }
 
@@ -195,7 +204,7 @@ impl Drop for SemaphorePermits {
             if tokio::runtime::Handle::try_current().is_ok() {
                 drop(runtime.get().spawn(done));
             } else {
-                runtime.block_on(done);
+                runtime.block_on("dropping blocking::SemaphorePermits", done);
             }
         }
     }
