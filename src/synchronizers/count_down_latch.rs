@@ -150,7 +150,8 @@ impl CountDownLatch {
     /// # Errors
     /// [`Error::WrongType`] when the key holds another type; [`Error::Redis`] when Redis
     /// cannot be reached (the count may or may not have gone down) or the key holds text
-    /// that is not a count; [`Error::NotReplicated`]; [`Error::Closed`] after shutdown.
+    /// that is not a count (or a count beyond 2^53 - 1 either way); [`Error::NotReplicated`];
+    /// [`Error::Closed`] after shutdown.
     pub fn count_down(&self) -> impl Future<Output = Result<()>> + Send + 'static {
         let inner = self.inner.clone();
         Finishing::new(|| async move {
@@ -212,14 +213,16 @@ impl CountDownLatch {
 
     /// Deletes the latch (Redisson's `delete`), and when there was one tells waiters `1`, as
     /// Java does: this crate's waiters then find the latch open, Java's do not wake. `true`
-    /// when a latch was deleted. A key of another type is left alone.
+    /// when a latch was deleted. A key of another type, or text that is not a count, is
+    /// left alone.
     ///
     /// # Cancel safety
     /// Dropped once sent, the script may or may not run; it runs at most once.
     ///
     /// # Errors
     /// [`Error::WrongType`] when the key holds another type; [`Error::Redis`] when Redis
-    /// cannot be reached; [`Error::NotReplicated`]; [`Error::Closed`] after shutdown.
+    /// cannot be reached or the key holds text that is not a count; [`Error::NotReplicated`];
+    /// [`Error::Closed`] after shutdown.
     pub fn delete(&self) -> impl Future<Output = Result<bool>> + Send + 'static {
         let inner = self.inner.clone();
         async move {

@@ -440,7 +440,7 @@ scripts! {
     SEMAPHORE_DRAIN => "semaphore_drain" with "permit", "semaphore_count",
     LATCH_SET => "latch_set" with "permit", "publish", "latch_count",
     LATCH_COUNT_DOWN => "latch_count_down" with "permit", "publish", "latch_count",
-    LATCH_DELETE => "latch_delete" with "permit", "publish",
+    LATCH_DELETE => "latch_delete" with "permit", "publish", "latch_count",
     EXPIRABLE_ACQUIRE => "expirable_acquire" with "permit", "publish", "semaphore_count", "expirable_leases",
     EXPIRABLE_UNDO => "expirable_undo" with "permit", "publish", "semaphore_count", "expirable_leases",
     EXPIRABLE_RELEASE => "expirable_release" with "permit", "publish", "semaphore_count",
