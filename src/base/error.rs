@@ -331,6 +331,24 @@ pub(crate) fn is_wrong_type(error: &RedisError) -> bool {
     details.contains("WRONGTYPE") || details.contains("is not an integer")
 }
 
+/// `error`, naming the script `script` and its `keys` when the server refused the script as
+/// a whole because this user may not use one of its keys: the server does not say which.
+pub(crate) fn refused_keys(error: RedisError, script: &str, keys: Vec<String>) -> RedisError {
+    if !error
+        .details()
+        .contains("no permissions to access one of the keys")
+    {
+        return error;
+    }
+    let details = format!(
+        "{} (the {script} script refused before it ran: this user's ACL must allow every key \
+         it names: {}; nothing was written)",
+        error.details(),
+        keys.join(", ")
+    );
+    RedisError::new(error.kind().clone(), details)
+}
+
 /// Whether Redis no longer has a script in its cache.
 pub(crate) fn is_noscript(error: &RedisError) -> bool {
     error.details().starts_with("NOSCRIPT")

@@ -17,7 +17,7 @@ use fred::types::config::{Options, Server};
 use fred::types::{ClusterHash, CustomCommand, Value};
 
 use crate::base::backoff::{doubled, TRY_AGAIN_PAUSE};
-use crate::base::error::{is_noscript, Error, Result};
+use crate::base::error::{is_noscript, refused_keys, Error, Result};
 use crate::base::keys::Str;
 use crate::topology::redirect::{
     is_redirected, is_try_again, send_asking, slot_view, slot_view_of, MAX_REDIRECTIONS,
@@ -95,6 +95,13 @@ impl Call {
         self.argv.extend(args);
     }
 
+    /// `error`, naming this script and its keys when the server refused it as a whole for
+    /// a key this user may not use (the server names none).
+    fn explain(&self, error: RedisError) -> RedisError {
+        let keys = self.argv[1..=self.keys].iter().filter_map(Value::as_string);
+        refused_keys(error, self.script.name, keys.collect())
+    }
+
     /// The first key, which routes the call.
     fn first_key(&self) -> Option<&[u8]> {
         (self.keys > 0).then(|| self.argv[1].as_bytes()).flatten()
@@ -158,11 +165,12 @@ impl ScriptRunner {
         let mut send = self.sender(call, None);
         async move {
             let reply = send.once().await;
-            if is_final(&reply) {
+            let reply = if is_final(&reply) {
                 reply
             } else {
                 Box::pin(send.settle(reply)).await
-            }
+            };
+            reply.map_err(|error| send.call.explain(error))
         }
     }
 
@@ -195,7 +203,7 @@ impl ScriptRunner {
                 reply => (reply, Some(followed)),
             };
             Followed {
-                reply,
+                reply: reply.map_err(|error| send.call.explain(error)),
                 behind,
                 node: send.node,
             }
