@@ -5,6 +5,12 @@ use crate::PermitId;
 
 /// The blocking [`PermitExpirableSemaphore`](crate::PermitExpirableSemaphore): Redisson's
 /// `RPermitExpirableSemaphore`, shared with Java.
+///
+/// # Example
+///
+/// ```no_run
+#[doc = include_str!("../../docs/snippets/blocking_expirable_semaphore.rs")]
+/// ```
 #[derive(Clone)]
 pub struct PermitExpirableSemaphore {
     inner: crate::PermitExpirableSemaphore,
@@ -198,6 +204,12 @@ impl PermitExpirableSemaphore {
 
 /// The blocking [`ExpirablePermits`](crate::ExpirablePermits): permits given back before
 /// `drop` returns (in the background when dropped inside an async runtime).
+///
+/// # Example
+///
+/// ```no_run
+#[doc = include_str!("../../docs/snippets/blocking_expirable_semaphore.rs")]
+/// ```
 #[must_use = "dropping the guard gives the permits back at once"]
 pub struct ExpirablePermits {
     inner: Option<crate::ExpirablePermits>,

@@ -3,6 +3,12 @@
 use super::*;
 
 /// The blocking [`Semaphore`](crate::Semaphore): Redisson's `RSemaphore`, shared with Java.
+///
+/// # Example
+///
+/// ```no_run
+#[doc = include_str!("../../docs/snippets/blocking_semaphore.rs")]
+/// ```
 #[derive(Clone)]
 pub struct Semaphore {
     inner: crate::Semaphore,
@@ -144,6 +150,12 @@ impl Semaphore {
 
 /// The blocking [`SemaphorePermits`](crate::SemaphorePermits): permits given back before
 /// `drop` returns (in the background when dropped inside an async runtime).
+///
+/// # Example
+///
+/// ```no_run
+#[doc = include_str!("../../docs/snippets/blocking_semaphore.rs")]
+/// ```
 #[must_use = "dropping the guard gives the permits back at once"]
 pub struct SemaphorePermits {
     inner: Option<crate::SemaphorePermits>,

@@ -59,6 +59,12 @@ pub(crate) fn latch_messages(payload: &str) -> Option<waiters::Wake> {
 /// Java names the channel by bracing the raw name, whatever it holds, so for a name with a
 /// `}` the channel falls in another slot than the key, and every write fails with
 /// `CROSSSLOT`, in Java too. On a cluster such a name is refused when the handle is made.
+///
+/// # Example
+///
+/// ```no_run
+#[doc = include_str!("../../docs/snippets/count_down_latch.rs")]
+/// ```
 #[derive(Clone)]
 pub struct CountDownLatch {
     inner: Arc<Inner>,

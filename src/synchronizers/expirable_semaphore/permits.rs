@@ -10,7 +10,13 @@ use super::{PermitExpirableSemaphore, PermitId};
 ///
 /// Each permit keeps its own lease: one that ran out goes back to the pool whether or not
 /// the guard still lives, and the guard's release then says so.
-#[must_use = "dropping the guard gives the permits back at once"]
+///
+/// # Example
+///
+/// ```no_run
+#[doc = include_str!("../../../docs/snippets/expirable_semaphore.rs")]
+/// ```
+#[must_use = "dropping the guard gives the permits back, in the background: a moment after the drop"]
 #[derive(Debug)]
 pub struct ExpirablePermits {
     semaphore: PermitExpirableSemaphore,
