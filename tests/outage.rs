@@ -173,7 +173,7 @@ async fn synchronizer_waiters_give_up_the_watchdog_timeout_after_the_server_went
         let error = result.expect_err("no server, no permit and no open latch");
         assert!(error.is_retryable(), "{what}: {error:?}");
         assert!(
-            took >= watchdog - Duration::from_millis(200) && took < watchdog + 2 * SECOND,
+            took >= watchdog - Duration::from_millis(200) && took < watchdog + 4 * SECOND,
             "the {what}'s waiter gave up {took:?} after the server went away: {error}"
         );
     }
