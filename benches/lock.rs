@@ -1,5 +1,6 @@
-//! `cargo bench --bench lock`: redisson-lock beside bare fred baselines measured in the same
-//! run, on a private redis-server. Results and targets: `docs/benchmarks.md`.
+//! `cargo bench --bench lock` (in `benches/`): redisson-lock beside bare fred baselines
+//! measured in the same run, on a private redis-server. Results and targets:
+//! `docs/benchmarks.md`.
 //!
 //! Groups:
 //! - `cpu_per_op` (a measurement, not a criterion benchmark): what one lock + unlock costs

@@ -1,6 +1,6 @@
-//! `cargo bench --bench synchronizers`: the semaphore, the permit-expirable semaphore and
-//! the count-down latch, beside Redisson's own scripts sent by a bare fred client in the
-//! same run, on a private redis-server. Results and targets: `docs/benchmarks.md`.
+//! `cargo bench --bench synchronizers` (in `benches/`): the semaphore, the permit-expirable
+//! semaphore and the count-down latch, beside Redisson's own scripts sent by a bare fred
+//! client in the same run, on a private redis-server. Results and targets: `docs/benchmarks.md`.
 //!
 //! Groups (measurements printed, not criterion benchmarks):
 //! - `semaphore_throughput`: acquire(1) + release(1), from 1 task and from 64 tasks (each on

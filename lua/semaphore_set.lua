@@ -9,6 +9,8 @@
 --
 -- Reply: 1 when the counter was set (and waiters told), 0 when it existed: nothing changed.
 if redis.call('exists', KEYS[1]) == 1 then
+    -- A key of another type is refused (WRONGTYPE), not taken for a counter already set.
+    redis.call('get', KEYS[1])
     return 0
 end
 local needs = 'setting the permits'

@@ -154,3 +154,45 @@ async fn a_user_refused_info_locks_on_a_cluster_with_replicas_counted_from_the_n
     let master = cluster.master_of(&Kind::Plain.lock_name(prefix));
     assert!(command_calls(master, "wait") > 0);
 }
+
+/// A user who may use a semaphore's or a latch's count but not its channel: the script is
+/// refused as a whole, and the error names the script and every key it needs, where the
+/// server names none.
+#[tokio::test]
+async fn a_refused_key_of_a_synchronizer_is_named_with_its_script() {
+    let server = RedisServer::start();
+    add_user(
+        &server,
+        "counts-only",
+        &["~jobs*", "&*", "+@all", "-@dangerous"],
+    );
+    let c = client_with(&server, |b| {
+        b.url(&format!(
+            "redis://counts-only:pw@127.0.0.1:{}",
+            server.port()
+        ))
+        .wait_for_replicas(None)
+    })
+    .await;
+    let refused = |what: &str, result: redisson_lock::Result<bool>, channel: &str| {
+        let error = result.expect_err("refused");
+        let text = error.to_string();
+        for words in ["NOPERM", channel, "nothing was written"] {
+            assert!(text.contains(words), "{what}: {text}");
+        }
+        assert!(!error.is_retryable(), "{what}: {text}");
+    };
+    let semaphore = c.semaphore("jobs:sem").unwrap();
+    refused(
+        "semaphore",
+        semaphore.try_set_permits(2).await,
+        "redisson_sc:{jobs:sem}",
+    );
+    let latch = c.count_down_latch("jobs:latch").unwrap();
+    refused(
+        "latch",
+        latch.try_set_count(2).await,
+        "redisson_countdownlatch__channel__{jobs:latch}",
+    );
+    assert_eq!(server.command(&["DBSIZE"]), "0");
+}

@@ -251,3 +251,35 @@ fn every_query_of_the_async_api_has_its_blocking_twin() {
     client.shutdown();
     assert!(client.is_shut_down());
 }
+
+/// A blocking call made inside a Tokio runtime panics with this crate's words: which call,
+/// and what to do instead.
+#[test]
+fn a_blocking_call_inside_a_runtime_says_which_and_what_to_do() {
+    let server = RedisServer::start();
+    let client = blocking_client(&server);
+    let semaphore = client.semaphore("blocking:in-runtime").unwrap();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    let panicked = runtime.block_on(async {
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            semaphore.try_set_permits(1)
+        }))
+    });
+    let payload = panicked.expect_err("a blocking call inside a runtime panics");
+    let message = payload
+        .downcast_ref::<String>()
+        .cloned()
+        .unwrap_or_default();
+    for words in [
+        "blocking::Semaphore::try_set_permits",
+        "inside an async",
+        "spawn_blocking",
+    ] {
+        assert!(message.contains(words), "{message}");
+    }
+    // Outside the runtime the same handle works.
+    assert!(semaphore.try_set_permits(1).unwrap());
+    client.shutdown();
+}

@@ -434,6 +434,74 @@ fn bad_arguments_and_an_unreachable_server_have_their_codes() {
     assert_eq!(output.status.code(), Some(3));
 }
 
+/// With `--json` a failure is one JSON object on stdout, a refused argument included; a
+/// negative duration is refused in words; the global options stay out of a command's help.
+#[test]
+fn arguments_are_refused_in_words_and_errors_in_json_are_json() {
+    let json_error = |args: &[&str]| {
+        let output = Command::new(BIN).args(args).output().unwrap();
+        let error: serde_json::Value = serde_json::from_slice(&output.stdout)
+            .unwrap_or_else(|e| panic!("{args:?}: no JSON ({e}): {output:?}"));
+        assert!(output.stderr.is_empty(), "{output:?}");
+        (error, output.status.code())
+    };
+    let (error, code) = json_error(&["--json", "watch", "x", "--interval", "-1s"]);
+    assert_eq!((code, error["exit_code"].as_u64()), (Some(2), Some(2)));
+    let message = error["error"].as_str().unwrap();
+    assert!(message.contains("\"-1s\" is negative"), "{message}");
+    let output = Command::new(BIN)
+        .args(["hold", "x", "--wait", "-5s"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8(output.stderr).unwrap();
+    assert!(stderr.contains("is negative"), "{stderr}");
+
+    let server = RedisServer::start();
+    let url = server.url();
+    drop(server);
+    // The global options after the command's name work as before it.
+    let (error, code) = json_error(&["inspect", "x", "--url", &url, "--json"]);
+    assert_eq!(code, Some(3));
+    assert!(
+        error["error"].as_str().unwrap().starts_with("connecting: "),
+        "{error}"
+    );
+
+    let help = |args: &[&str]| {
+        String::from_utf8(Command::new(BIN).args(args).output().unwrap().stdout).unwrap()
+    };
+    let top = help(&["--help"]);
+    assert!(
+        top.contains("--url <URL>") && top.contains("--json"),
+        "{top}"
+    );
+    for command in ["inspect", "list", "force-unlock", "watch", "hold"] {
+        let text = help(&[command, "--help"]);
+        assert!(
+            !text.contains("--url <") && !text.contains("--prefix <"),
+            "{command}: {text}"
+        );
+    }
+}
+
+/// `--max-keys` bounds what `list` looks at, however small the database.
+#[test]
+fn list_stops_at_max_keys() {
+    let server = RedisServer::start();
+    for name in ["cli:max:a", "cli:max:b", "cli:max:c"] {
+        java_hold(&server, name, 57, 1);
+    }
+    let (found, code) = run_json(&server, &["list", "cli:max:*"]);
+    assert_eq!(code, 0);
+    assert_eq!(found["locks"].as_array().map(Vec::len), Some(3));
+    assert_eq!(found["incomplete"], false);
+    let (found, _) = run_json(&server, &["list", "cli:max:*", "--max-keys", "1"]);
+    assert!(found["locks"].as_array().unwrap().len() <= 1, "{found}");
+    assert_eq!(found["incomplete"], true);
+    let output = run(&server, &["list", "--max-keys", "0"]);
+    assert_eq!(output.status.code(), Some(2));
+}
+
 /// `inspect`, `list` and `force-unlock` through a Cluster URL and a Sentinel URL, on a Java
 /// hold written on the master that serves it.
 #[test]

@@ -1,6 +1,7 @@
-//! The `redisson-lock` binary on semaphores and count-down latches: a counter's count and
-//! who listens on each kind's channel, found by `list --counters`, never taken for a lock
-//! and never guessed to be one kind or the other.
+//! The `redisson-lock` binary's `inspect` and `list` on semaphores and count-down latches:
+//! each shown in its own words (permits, leases, waiters, a latch's count), told apart by
+//! whose waiters listen or by `--kind`, never taken for a lock, and never guessed to be one
+//! kind or the other when nothing tells.
 
 mod support;
 #[path = "support/tool.rs"]
@@ -36,6 +37,22 @@ async fn inspect_shows_a_semaphore_s_permits_and_its_waiters() {
     assert_eq!(state["holders"].as_array().map(Vec::len), Some(0));
     assert_eq!(listeners(&state, channel), Some(0));
     assert_eq!(listeners(&state, latch_channel), Some(0));
+    // Nothing tells a semaphore from a latch yet: not guessed.
+    assert_eq!(state["object"], "counter");
+    let human = String::from_utf8(
+        tokio::task::block_in_place(|| run(&server, &["inspect", "cli:sem"])).stdout,
+    )
+    .unwrap();
+    assert!(human.starts_with("counter   cli:sem"), "{human}");
+    assert!(human.contains("does not tell which"), "{human}");
+    // Named, it is shown as one.
+    let (state, _) = tokio::task::block_in_place(|| {
+        run_json(&server, &["inspect", "cli:sem", "--kind", "semaphore"])
+    });
+    assert_eq!(
+        (state["object"].as_str(), state["permits"]["free"].as_i64()),
+        (Some("semaphore"), Some(3))
+    );
 
     // A waiter of another client wants more than there are: it listens on the channel.
     let waiter = other.semaphore("cli:sem").unwrap();
@@ -45,18 +62,21 @@ async fn inspect_shows_a_semaphore_s_permits_and_its_waiters() {
     let (state, _) = tokio::task::block_in_place(|| run_json(&server, &["inspect", "cli:sem"]));
     assert_eq!(listeners(&state, channel), Some(1));
     assert_eq!(listeners(&state, latch_channel), Some(0));
+    // Its waiter tells what it is.
+    assert_eq!(state["object"], "semaphore");
     let human = String::from_utf8(
         tokio::task::block_in_place(|| run(&server, &["inspect", "cli:sem"])).stdout,
     )
     .unwrap();
-    assert!(human.contains("count     3"), "{human}");
-    assert!(human.contains("does not tell which"), "{human}");
+    assert!(human.starts_with("semaphore cli:sem"), "{human}");
+    assert!(human.contains("permits   3 free"), "{human}");
     assert!(
         human.contains(&format!(
-            "listening {channel}  1 connection(s)  (a semaphore's waiters)"
+            "waiters   1 connection(s) listening on {channel}  (a semaphore's waiters)"
         )),
         "{human}"
     );
+    assert!(!human.contains("lock"), "{human}");
 
     sem.release(2).await.unwrap();
     assert!(within(WAKE, "the waiter", waiting).await.unwrap().unwrap());
@@ -87,13 +107,20 @@ async fn inspect_shows_a_latch_s_count_and_its_waiters() {
     );
     assert_eq!(listeners(&state, channel), Some(1));
     assert_eq!(listeners(&state, "redisson_sc:{cli:latch}"), Some(0));
+    assert_eq!(
+        (state["object"].as_str(), state["count"].as_i64()),
+        (Some("count_down_latch"), Some(2))
+    );
+    assert_eq!(state["open"], false);
     let human = String::from_utf8(
         tokio::task::block_in_place(|| run(&server, &["inspect", "cli:latch"])).stdout,
     )
     .unwrap();
+    assert!(human.starts_with("count-down latch cli:latch"), "{human}");
+    assert!(human.contains("count     2: closed"), "{human}");
     assert!(
         human.contains(&format!(
-            "listening {channel}  1 connection(s)  (a count-down latch's waiters)"
+            "waiters   1 connection(s) listening on {channel}  (a count-down latch's waiters)"
         )),
         "{human}"
     );
@@ -105,6 +132,16 @@ async fn inspect_shows_a_latch_s_count_and_its_waiters() {
     let (state, _) = tokio::task::block_in_place(|| run_json(&server, &["inspect", "cli:latch"]));
     assert_eq!(state["state"], "free");
     assert_eq!(state["counter"], serde_json::Value::Null);
+    // Named a latch, no key is an open one.
+    let args = ["inspect", "cli:latch", "--kind", "count-down-latch"];
+    let (state, _) = tokio::task::block_in_place(|| run_json(&server, &args));
+    assert_eq!(
+        (state["count"].as_i64(), state["open"].as_bool()),
+        (Some(0), Some(true))
+    );
+    let human =
+        String::from_utf8(tokio::task::block_in_place(|| run(&server, &args)).stdout).unwrap();
+    assert!(human.contains("count     0: open"), "{human}");
 }
 
 #[test]
@@ -215,6 +252,11 @@ async fn inspect_lists_a_permit_expirable_semaphore_s_leased_permits() {
         (state["state"].as_str(), state["counter"].as_i64()),
         (Some("counter"), Some(1))
     );
+    assert_eq!(state["object"], "permit_expirable_semaphore");
+    assert_eq!(
+        state["permits"],
+        serde_json::json!({"free": 1, "taken": 3, "total": 4})
+    );
     assert_eq!(state["leased_permits_len"], 3);
     let permits = state["leased_permits"].as_array().unwrap();
     let ids: Vec<&str> = permits.iter().map(|p| p["id"].as_str().unwrap()).collect();
@@ -229,9 +271,22 @@ async fn inspect_lists_a_permit_expirable_semaphore_s_leased_permits() {
     )
     .unwrap();
     assert!(
-        human.contains("leased    3 permit(s) listed in {cli:pes}:timeout"),
+        human.starts_with("permit-expirable semaphore cli:pes"),
         "{human}"
     );
+    assert!(
+        human.contains("permits   1 free, 3 taken, 4 in all; 1 of them with an ended lease"),
+        "{human}"
+    );
+    assert!(
+        human.contains("leases    3 taken permit(s) listed in {cli:pes}:timeout"),
+        "{human}"
+    );
+    assert!(
+        human.contains("waiters   none: nobody listens on redisson_sc:{cli:pes}"),
+        "{human}"
+    );
+    assert!(!human.contains("does not tell"), "{human}");
     assert!(
         human.contains(&format!("{ended}  lease ended: back in the pool")),
         "{human}"
@@ -245,7 +300,7 @@ async fn inspect_lists_a_permit_expirable_semaphore_s_leased_permits() {
     )
     .unwrap();
     assert!(
-        list.contains("cli:pes\tcounter\tcount=1\tleased=3\t"),
+        list.contains("cli:pes\tpermit_expirable_semaphore\tfree=1\ttaken=3\t"),
         "{list}"
     );
 }

@@ -145,3 +145,36 @@ async fn a_tls_url_against_a_plain_server_is_said_at_once() {
     })
     .await;
 }
+
+/// A semaphore's and a latch's waiters give up the watchdog timeout after the server went
+/// away, as a lock's `lease_lost()` fires, not a recheck period later: the loss of the
+/// connection wakes them, and the outage counts from it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn synchronizer_waiters_give_up_the_watchdog_timeout_after_the_server_went_away() {
+    let mut server = RedisServer::start();
+    let watchdog = 3 * SECOND;
+    let c = client_with(&server, |b| b.watchdog_timeout(watchdog)).await;
+    let sem = c.semaphore("gone-sem").unwrap();
+    assert!(sem.try_set_permits(0).await.unwrap());
+    let latch = c.count_down_latch("gone-latch").unwrap();
+    assert!(latch.try_set_count(1).await.unwrap());
+    let (s, l) = (sem.clone(), latch.clone());
+    let sem_waiting = tokio::spawn(async move { s.acquire(1).await });
+    let latch_waiting = tokio::spawn(async move { l.wait().await });
+    subscribed(&server, "redisson_sc:{gone-sem}").await;
+    subscribed(&server, "redisson_countdownlatch__channel__{gone-latch}").await;
+    // Past the waiters' first looks: each now waits for a message or its 15 s recheck.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    server.kill();
+    let gone = Instant::now();
+    for (what, waiting) in [("semaphore", sem_waiting), ("latch", latch_waiting)] {
+        let result = within(40 * SECOND, what, waiting).await.unwrap();
+        let took = gone.elapsed();
+        let error = result.expect_err("no server, no permit and no open latch");
+        assert!(error.is_retryable(), "{what}: {error:?}");
+        assert!(
+            took >= watchdog - Duration::from_millis(200) && took < watchdog + 4 * SECOND,
+            "the {what}'s waiter gave up {took:?} after the server went away: {error}"
+        );
+    }
+}

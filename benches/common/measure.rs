@@ -101,7 +101,7 @@ impl CommandStats {
 /// commands they call by variable. The crate sends none of them directly on the paths the
 /// benches measure (only EVALSHA, UNLINK of latches, (UN)SUBSCRIBE and PING).
 pub fn script_commands() -> HashSet<String> {
-    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/lua");
+    let dir = lua::repository_root().join("lua");
     let mut names: HashSet<String> = ["publish", "spublish"].map(String::from).into();
     for entry in std::fs::read_dir(dir).unwrap() {
         let text = std::fs::read_to_string(entry.unwrap().path()).unwrap();

@@ -1,6 +1,6 @@
-//! `cargo bench --bench kinds`: the figures of the targets beyond the plain lock's latency
-//! and throughput (those are `lock.rs`), each beside a baseline measured in the same run, on
-//! private redis-servers. Results and targets: `docs/benchmarks.md`.
+//! `cargo bench --bench kinds` (in `benches/`): the figures of the targets beyond the plain
+//! lock's latency and throughput (those are `lock.rs`), each beside a baseline measured in
+//! the same run, on private redis-servers. Results and targets: `docs/benchmarks.md`.
 //!
 //! Groups, in the order they run:
 //! - `watchdog_10k` (a measurement, not a criterion benchmark; first, so that the process's

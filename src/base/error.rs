@@ -49,10 +49,10 @@ pub enum Error {
         owner: LockOwner,
     },
 
-    /// A key of the lock or semaphore exists in Redis but holds another type (for example a
-    /// string or a list stored under a lock's name, its queue or its token, or a hash under a
-    /// semaphore's name).
-    #[error("lock or semaphore {name:?}: one of its keys holds another type")]
+    /// A key of the lock, semaphore or count-down latch exists in Redis but holds another
+    /// type (for example a string or a list stored under a lock's name, its queue or its
+    /// token, or a hash under a semaphore's or a latch's name).
+    #[error("lock, semaphore or latch {name:?}: one of its keys holds another type")]
     WrongType {
         /// The lock's or semaphore's name as the caller gave it.
         name: String,
@@ -80,15 +80,16 @@ pub enum Error {
         detail: String,
     },
 
-    /// The lock's master has replicas, but none confirmed the write within the replica
+    /// The master of the lock (or semaphore, or latch) has replicas, but none confirmed the
+    /// write within the replica
     /// wait timeout (see
     /// [`LockClientBuilder::wait_for_replicas`](crate::LockClientBuilder::wait_for_replicas)).
     /// An acquisition was undone (the owner does not hold the lock); a release did happen
     /// on the master, but a failover now could bring the hold back until its lease ends.
     /// Redisson reports this as `NoSyncedSlavesException`.
-    #[error("lock {name:?}: no replica confirmed the write within {timeout:?}")]
+    #[error("{name:?}: no replica confirmed the write within {timeout:?}")]
     NotReplicated {
-        /// The lock's name as the caller gave it.
+        /// The lock's, semaphore's or latch's name as the caller gave it.
         name: String,
         /// How long the replicas were given.
         timeout: std::time::Duration,
@@ -119,6 +120,17 @@ pub enum Error {
 /// A driver error in words: what failed and why, never a debug dump.
 fn describe(error: &RedisError) -> String {
     let details = error.details();
+    if not_resp(error) {
+        return "the server does not speak the Redis protocol (its reply is not RESP): is the \
+            port right? A TLS port needs a rediss:// URL"
+            .into();
+    }
+    if details.starts_with("NOAUTH") {
+        return format!(
+            "Redis requires a password and none was given: put it in the URL \
+             (redis://:PASSWORD@host:port, or redis://USER:PASSWORD@host:port) ({details})"
+        );
+    }
     match error.kind() {
         ErrorKind::IO => format!("the connection to Redis failed: {}", io_words(details)),
         ErrorKind::Timeout => {
@@ -133,6 +145,15 @@ fn describe(error: &RedisError) -> String {
         ErrorKind::Tls => format!("the TLS connection failed: {details}"),
         _ => format!("Redis answered with an error: {details}"),
     }
+}
+
+/// Whether the driver could not read the server's reply as RESP: the server speaks another
+/// protocol (HTTP, TLS, ...).
+fn not_resp(error: &RedisError) -> bool {
+    let details = error.details();
+    matches!(error.kind(), ErrorKind::Protocol | ErrorKind::Parse)
+        && (details.contains("Invalid frame type") || details.starts_with("Decode Error"))
+        || details.contains("frame_type: Invalid frame type")
 }
 
 /// [`describe`] for a first connection, with a hint where the cause is a likely one.
@@ -312,6 +333,24 @@ pub(crate) fn is_wrong_type(error: &RedisError) -> bool {
     details.contains("WRONGTYPE") || details.contains("is not an integer")
 }
 
+/// `error`, naming the script `script` and its `keys` when the server refused the script as
+/// a whole because this user may not use one of its keys: the server does not say which.
+pub(crate) fn refused_keys(error: RedisError, script: &str, keys: Vec<String>) -> RedisError {
+    if !error
+        .details()
+        .contains("no permissions to access one of the keys")
+    {
+        return error;
+    }
+    let details = format!(
+        "{} (the {script} script refused before it ran: this user's ACL must allow every key \
+         it names: {}; nothing was written)",
+        error.details(),
+        keys.join(", ")
+    );
+    RedisError::new(error.kind().clone(), details)
+}
+
 /// Whether Redis no longer has a script in its cache.
 pub(crate) fn is_noscript(error: &RedisError) -> bool {
     error.details().starts_with("NOSCRIPT")
@@ -336,6 +375,31 @@ mod tests {
         // Any other driver error stays what it was.
         let closed = Error::from(RedisError::new(ErrorKind::IO, "Connection closed."));
         assert!(matches!(closed, Error::Redis(_)), "{closed:?}");
+    }
+
+    #[test]
+    fn says_what_a_failure_of_a_synchronizer_or_a_server_is() {
+        let latch = Error::NotReplicated {
+            name: "jobs".into(),
+            timeout: std::time::Duration::from_secs(1),
+        };
+        assert_eq!(
+            latch.to_string(),
+            "\"jobs\": no replica confirmed the write within 1s"
+        );
+        let wrong = Error::WrongType {
+            name: "jobs".into(),
+        };
+        assert!(wrong.to_string().contains("latch"), "{wrong}");
+        let http = RedisError::new(
+            ErrorKind::Protocol,
+            "Decode Error: frame_type: Invalid frame type.",
+        );
+        let text = Error::Redis(http).to_string();
+        assert!(text.contains("does not speak the Redis protocol"), "{text}");
+        let noauth = RedisError::new(ErrorKind::Auth, "NOAUTH Authentication required.");
+        let text = Error::Redis(noauth).to_string();
+        assert!(text.contains("none was given"), "{text}");
     }
 
     #[test]

@@ -23,7 +23,10 @@ pub(crate) fn epoch_millis() -> i64 {
 /// The instant a wait of `wait` from now ends, or an error when it cannot be represented.
 pub(crate) fn deadline_after(wait: Duration) -> Result<Instant> {
     Instant::now().checked_add(wait).ok_or_else(|| {
-        Error::invalid("wait is too long to represent; use lock() to wait without a limit")
+        Error::invalid(
+            "wait is too long to represent; to wait without a limit, call the form without a \
+             wait (lock(), acquire(), wait())",
+        )
     })
 }
 

@@ -4,6 +4,12 @@ use super::*;
 
 /// The blocking [`CountDownLatch`](crate::CountDownLatch): Redisson's `RCountDownLatch`,
 /// shared with Java.
+///
+/// # Example
+///
+/// ```no_run
+#[doc = include_str!("../../docs/snippets/blocking_count_down_latch.rs")]
+/// ```
 #[derive(Clone)]
 pub struct CountDownLatch {
     inner: crate::CountDownLatch,

@@ -5,6 +5,12 @@ use crate::PermitId;
 
 /// The blocking [`PermitExpirableSemaphore`](crate::PermitExpirableSemaphore): Redisson's
 /// `RPermitExpirableSemaphore`, shared with Java.
+///
+/// # Example
+///
+/// ```no_run
+#[doc = include_str!("../../docs/snippets/blocking_expirable_semaphore.rs")]
+/// ```
 #[derive(Clone)]
 pub struct PermitExpirableSemaphore {
     inner: crate::PermitExpirableSemaphore,
@@ -49,7 +55,10 @@ impl PermitExpirableSemaphore {
     /// # Errors
     /// As [`PermitExpirableSemaphore::acquire_guard`](crate::PermitExpirableSemaphore::acquire_guard).
     pub fn acquire_guard(&self, permits: i64, lease: Option<Duration>) -> Result<ExpirablePermits> {
-        let taken = (self.runtime).block_on(self.inner.acquire_guard(permits, lease))?;
+        let taken = (self.runtime).block_on(
+            "blocking::PermitExpirableSemaphore::acquire_guard",
+            self.inner.acquire_guard(permits, lease),
+        )?;
         Ok(self.guard(taken))
     }
 
@@ -62,7 +71,10 @@ impl PermitExpirableSemaphore {
         permits: i64,
         lease: Option<Duration>,
     ) -> Result<Option<ExpirablePermits>> {
-        let taken = (self.runtime).block_on(self.inner.try_acquire_guard(permits, lease))?;
+        let taken = (self.runtime).block_on(
+            "blocking::PermitExpirableSemaphore::try_acquire_guard",
+            self.inner.try_acquire_guard(permits, lease),
+        )?;
         Ok(taken.map(|taken| self.guard(taken)))
     }
 
@@ -76,9 +88,10 @@ impl PermitExpirableSemaphore {
         wait: Duration,
         lease: Option<Duration>,
     ) -> Result<Option<ExpirablePermits>> {
-        let taken = self
-            .runtime
-            .block_on(self.inner.try_acquire_guard_for(permits, wait, lease))?;
+        let taken = self.runtime.block_on(
+            "blocking::PermitExpirableSemaphore::try_acquire_guard_for",
+            self.inner.try_acquire_guard_for(permits, wait, lease),
+        )?;
         Ok(taken.map(|taken| self.guard(taken)))
     }
 
@@ -87,7 +100,10 @@ impl PermitExpirableSemaphore {
     /// # Errors
     /// As [`PermitExpirableSemaphore::try_release_many`](crate::PermitExpirableSemaphore::try_release_many).
     pub fn try_release_many(&self, ids: &[PermitId]) -> Result<bool> {
-        self.runtime.block_on(self.inner.try_release_many(ids))
+        self.runtime.block_on(
+            "blocking::PermitExpirableSemaphore::try_release_many",
+            self.inner.try_release_many(ids),
+        )
     }
 
     fn guard(&self, inner: crate::ExpirablePermits) -> ExpirablePermits {
@@ -188,6 +204,12 @@ impl PermitExpirableSemaphore {
 
 /// The blocking [`ExpirablePermits`](crate::ExpirablePermits): permits given back before
 /// `drop` returns (in the background when dropped inside an async runtime).
+///
+/// # Example
+///
+/// ```no_run
+#[doc = include_str!("../../docs/snippets/blocking_expirable_semaphore.rs")]
+/// ```
 #[must_use = "dropping the guard gives the permits back at once"]
 pub struct ExpirablePermits {
     inner: Option<crate::ExpirablePermits>,
@@ -225,7 +247,9 @@ impl ExpirablePermits {
     /// As [`ExpirablePermits::release`](crate::ExpirablePermits::release).
     pub fn release(mut self) -> Result<bool> {
         let taken = self.inner.take().expect("held until consumed");
-        self.semaphore.runtime.block_on(taken.release())
+        self.semaphore
+            .runtime
+            .block_on("blocking::ExpirablePermits::release", taken.release())
     }
 }
 
@@ -242,7 +266,7 @@ impl Drop for ExpirablePermits {
             if tokio::runtime::Handle::try_current().is_ok() {
                 drop(runtime.get().spawn(done));
             } else {
-                runtime.block_on(done);
+                runtime.block_on("dropping blocking::ExpirablePermits", done);
             }
         }
     }

@@ -44,7 +44,8 @@ impl<H: HoldKind> LockGuard<H> {
     /// As the async [`LockGuard::unlock`](crate::LockGuard::unlock).
     pub fn unlock(mut self) -> Result<()> {
         let guard = self.inner.take().expect("a guard is live until consumed");
-        self.runtime.block_on(guard.unlock())
+        self.runtime
+            .block_on("blocking::LockGuard::unlock", guard.unlock())
     }
 
     /// Gives up the guard but keeps the hold (and its renewal); release it later with the
@@ -75,7 +76,10 @@ impl<H: HoldKind> LockGuard<H> {
     /// # Errors
     /// [`Error::Redis`] when Redis cannot be reached.
     pub fn remaining_lease(&self) -> Result<Option<Duration>> {
-        self.runtime.block_on(self.get().remaining_lease())
+        self.runtime.block_on(
+            "blocking::LockGuard::remaining_lease",
+            self.get().remaining_lease(),
+        )
     }
 
     /// Whether the hold is known to be lost (the watchdog found it gone or could not renew
@@ -145,7 +149,8 @@ impl MultiLockGuard {
     /// As the async [`MultiLockGuard::unlock`](crate::MultiLockGuard::unlock).
     pub fn unlock(mut self) -> Result<()> {
         let guard = self.inner.take().expect("a guard is live until consumed");
-        self.runtime.block_on(guard.unlock())
+        self.runtime
+            .block_on("blocking::MultiLockGuard::unlock", guard.unlock())
     }
 
     /// How many members are held.
@@ -203,5 +208,7 @@ fn wait_lost(
     lost: impl Future<Output = ()> + Send + 'static,
     timeout: Duration,
 ) -> bool {
-    runtime.block_on(async { tokio::time::timeout(timeout, lost).await.is_ok() })
+    runtime.block_on("blocking::LockGuard::wait_lease_lost", async {
+        tokio::time::timeout(timeout, lost).await.is_ok()
+    })
 }

@@ -14,8 +14,9 @@
 //! was lost.
 //!
 //! # Panics
-//! Every blocking method panics when called from inside an async runtime (Tokio refuses to
-//! block a thread that runs tasks); use the async API there. Dropping a guard there is
+//! Every blocking method panics when called from inside an async runtime (a thread that
+//! runs tasks must not block), with a message that names the method; use the async API
+//! there, or make the call in `tokio::task::spawn_blocking`. Dropping a guard there is
 //! fine: the release then runs in the background.
 //!
 //! ```no_run
@@ -71,7 +72,18 @@ impl Runtime {
         self.0.as_ref().expect("the runtime lives until dropped")
     }
 
-    fn block_on<F: Future>(&self, future: F) -> F::Output {
+    /// Runs `future` to its end on this runtime, for the blocking method `call` (named in
+    /// the panic when it is called inside an async runtime, whose threads must not block).
+    #[track_caller]
+    fn block_on<F: Future>(&self, call: &str, future: F) -> F::Output {
+        if tokio::runtime::Handle::try_current().is_ok() {
+            panic!(
+                "redisson_lock::blocking: {call} was called inside an async (Tokio) runtime, \
+                 whose threads must not block; use the async API there (the type of the same \
+                 name at the crate's root), or make the call in \
+                 tokio::task::spawn_blocking or on a thread of your own"
+            );
+        }
         self.get().block_on(future)
     }
 }
@@ -121,10 +133,21 @@ impl<T: Blocking> Blocking for Result<T> {
 macro_rules! blocking_methods {
     ($($(#[$doc:meta])* fn $name:ident(&self $(, $arg:ident: $ty:ty)*) -> $out:ty;)*) => {$(
         $(#[$doc])*
+        #[track_caller]
         pub fn $name(&self $(, $arg: $ty)*) -> $out {
-            self.runtime.block_on(self.inner.$name($($arg),*)).wrap(&self.runtime)
+            let call = call_name::<Self>(stringify!($name));
+            self.runtime.block_on(&call, self.inner.$name($($arg),*)).wrap(&self.runtime)
         }
     )*};
+}
+
+/// `blocking::<Type>::<method>`, the blocking method `method` of `T`, for messages.
+fn call_name<T: ?Sized>(method: &str) -> String {
+    let path = std::any::type_name::<T>();
+    // The type's name without its module path or generic arguments.
+    let bare = path.split('<').next().unwrap_or(path);
+    let name = bare.rsplit("::").next().unwrap_or(bare);
+    format!("blocking::{name}::{method}")
 }
 
 /// A connection to Redis for locks: the blocking [`LockClient`](crate::LockClient).
@@ -158,7 +181,7 @@ impl LockClient {
     /// [`Error::InvalidArgument`] when the runtime cannot be started.
     pub fn build(builder: crate::LockClientBuilder) -> Result<LockClient> {
         let runtime = Runtime::new()?;
-        let inner = runtime.block_on(builder.build())?;
+        let inner = runtime.block_on("blocking::LockClient::build", builder.build())?;
         Ok(LockClient { inner, runtime })
     }
 
@@ -179,7 +202,8 @@ impl LockClient {
 
     /// As [`LockClient::shutdown`](crate::LockClient::shutdown), waiting until it is done.
     pub fn shutdown(&self) -> crate::ShutdownReport {
-        self.runtime.block_on(self.inner.shutdown())
+        self.runtime
+            .block_on("blocking::LockClient::shutdown", self.inner.shutdown())
     }
 
     /// As [`LockClient::is_shut_down`](crate::LockClient::is_shut_down).
@@ -273,7 +297,7 @@ where
     if tokio::runtime::Handle::try_current().is_ok() {
         drop(runtime.get().spawn(done));
     } else {
-        runtime.block_on(done);
+        runtime.block_on("dropping a blocking guard", done);
     }
 }
 

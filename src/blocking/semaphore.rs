@@ -3,6 +3,12 @@
 use super::*;
 
 /// The blocking [`Semaphore`](crate::Semaphore): Redisson's `RSemaphore`, shared with Java.
+///
+/// # Example
+///
+/// ```no_run
+#[doc = include_str!("../../docs/snippets/blocking_semaphore.rs")]
+/// ```
 #[derive(Clone)]
 pub struct Semaphore {
     inner: crate::Semaphore,
@@ -46,7 +52,10 @@ impl Semaphore {
     /// # Errors
     /// As [`Semaphore::acquire_guard`](crate::Semaphore::acquire_guard).
     pub fn acquire_guard(&self, permits: i64) -> Result<SemaphorePermits> {
-        let taken = self.runtime.block_on(self.inner.acquire_guard(permits))?;
+        let taken = self.runtime.block_on(
+            "blocking::Semaphore::acquire_guard",
+            self.inner.acquire_guard(permits),
+        )?;
         Ok(self.guard(taken))
     }
 
@@ -55,9 +64,10 @@ impl Semaphore {
     /// # Errors
     /// As [`Semaphore::try_acquire_guard`](crate::Semaphore::try_acquire_guard).
     pub fn try_acquire_guard(&self, permits: i64) -> Result<Option<SemaphorePermits>> {
-        let taken = self
-            .runtime
-            .block_on(self.inner.try_acquire_guard(permits))?;
+        let taken = self.runtime.block_on(
+            "blocking::Semaphore::try_acquire_guard",
+            self.inner.try_acquire_guard(permits),
+        )?;
         Ok(taken.map(|taken| self.guard(taken)))
     }
 
@@ -70,7 +80,10 @@ impl Semaphore {
         permits: i64,
         wait: Duration,
     ) -> Result<Option<SemaphorePermits>> {
-        let taken = (self.runtime).block_on(self.inner.try_acquire_guard_for(permits, wait))?;
+        let taken = (self.runtime).block_on(
+            "blocking::Semaphore::try_acquire_guard_for",
+            self.inner.try_acquire_guard_for(permits, wait),
+        )?;
         Ok(taken.map(|taken| self.guard(taken)))
     }
 
@@ -137,6 +150,12 @@ impl Semaphore {
 
 /// The blocking [`SemaphorePermits`](crate::SemaphorePermits): permits given back before
 /// `drop` returns (in the background when dropped inside an async runtime).
+///
+/// # Example
+///
+/// ```no_run
+#[doc = include_str!("../../docs/snippets/blocking_semaphore.rs")]
+/// ```
 #[must_use = "dropping the guard gives the permits back at once"]
 pub struct SemaphorePermits {
     inner: Option<crate::SemaphorePermits>,
@@ -178,7 +197,9 @@ impl SemaphorePermits {
     /// As [`SemaphorePermits::release`](crate::SemaphorePermits::release).
     pub fn release(mut self) -> Result<()> {
         let taken = self.inner.take().expect("held until consumed");
-        self.semaphore.runtime.block_on(taken.release())
+        self.semaphore
+            .runtime
+            .block_on("blocking::SemaphorePermits::release", taken.release())
     }
 }
 
@@ -195,7 +216,7 @@ impl Drop for SemaphorePermits {
             if tokio::runtime::Handle::try_current().is_ok() {
                 drop(runtime.get().spawn(done));
             } else {
-                runtime.block_on(done);
+                runtime.block_on("dropping blocking::SemaphorePermits", done);
             }
         }
     }

@@ -90,7 +90,8 @@ pub(crate) enum Wake<'a> {
 ///
 /// Errors of the first attempt are returned as they are (Redis down, wrong type). Once
 /// waiting, transient errors are retried with back-off until Redis has been unreachable for
-/// `outage_limit`; this is what lets a waiter ride out a Redis restart.
+/// `outage_limit`; this is what lets a waiter ride out a Redis restart. On a single server
+/// the outage counts from when the connection was lost, and the loss wakes the waiter.
 pub(crate) async fn acquire<T, F, Fut>(
     engine: &Engine,
     wake: Wake<'_>,
@@ -248,8 +249,10 @@ where
                     // The last attempt failed: the wake-up goes on to another waiter.
                     Err(error) if error.is_retryable() && last => return Ok(None),
                     Err(error) if error.is_retryable() => {
-                        let (since, backoff) =
-                            outage.get_or_insert((Instant::now(), OUTAGE_BACKOFF.0));
+                        // Counted from when the server went away, where the link saw it.
+                        let now = Instant::now();
+                        let began = engine.link().down_since().map_or(now, |at| at.min(now));
+                        let (since, backoff) = outage.get_or_insert((began, OUTAGE_BACKOFF.0));
                         if since.elapsed() >= outage_limit {
                             return Err(error);
                         }
@@ -280,11 +283,22 @@ where
             tokio::time::sleep(spin_pause(delays, ttl, deadline)).await;
             continue;
         }
+        // A lost connection wakes the waiter too: its next attempt starts the outage's
+        // count, which then runs from when the server went away.
+        let lost = engine.link().lost();
         match &ticket {
             Some(ticket) => {
-                let _ = tokio::time::timeout(wait, ticket.woken()).await;
+                let _ = tokio::time::timeout(wait, async {
+                    tokio::select! {
+                        _ = ticket.woken() => {}
+                        _ = lost => {}
+                    }
+                })
+                .await;
             }
-            None => tokio::time::sleep(wait).await,
+            None => {
+                let _ = tokio::time::timeout(wait, lost).await;
+            }
         }
     }
 }

@@ -125,8 +125,9 @@ fn queue_lock_name(key: &str) -> Option<String> {
     }
 }
 
-/// SCANs every node for keys of type `kind` matching `pattern`, about `max_keys` keys per
-/// node at most; `true` when every node was covered.
+/// SCANs every node for keys of type `kind` matching `pattern`, looking at about `max_keys`
+/// keys per node and keeping at most `max_keys` of them; `true` when every node was covered
+/// (never with `max_keys` 0, which looks at nothing).
 async fn scan(
     redis: &Client,
     pattern: &str,
@@ -142,16 +143,22 @@ async fn scan(
     };
     let mut found = Vec::new();
     let mut complete = true;
+    if max_keys == 0 {
+        return Ok((found, false));
+    }
     for node in nodes {
         let mut cursor = String::from("0");
         let mut looked = 0;
+        let mut this_node = 0;
         loop {
+            // No page looks at more than what is left of `max_keys`.
+            let page = PAGE.min(max_keys - looked);
             let args: Vec<Value> = vec![
                 cursor.as_str().into(),
                 "MATCH".into(),
                 pattern.into(),
                 "COUNT".into(),
-                (PAGE as i64).into(),
+                (page as i64).into(),
                 "TYPE".into(),
                 kind.into(),
             ];
@@ -171,13 +178,21 @@ async fn scan(
                     format!("unexpected SCAN reply {reply:?}"),
                 ))
             })?;
-            found.extend(array(keys).iter().map(text));
+            let keys = array(keys);
+            // A page may bring more keys than its COUNT (a bucket's whole chain): never more
+            // than `max_keys` a node are kept.
+            let room = (max_keys - this_node) as usize;
+            if keys.len() > room {
+                complete = false;
+            }
+            this_node += keys.len().min(room) as u64;
+            found.extend(keys.iter().take(room).map(text));
             cursor = text(&next);
-            looked += PAGE;
+            looked += page;
             if cursor == "0" {
                 break;
             }
-            if looked >= max_keys {
+            if looked >= max_keys || this_node >= max_keys {
                 complete = false;
                 break;
             }

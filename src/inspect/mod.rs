@@ -55,8 +55,9 @@ pub struct LockState {
     pub fence_token: Option<u64>,
     /// The lock's pub/sub channels and how many connections listen on each: the unlock
     /// channel, the read-write channel, and every queued waiter's own channel; for a
-    /// [`HoldMode::Counter`], the semaphore's channel (`redisson_sc:{name}`) and the
-    /// count-down latch's (`redisson_countdownlatch__channel__{name}`) too.
+    /// [`HoldMode::Counter`] or a name that holds nothing and has no queue, the semaphore's
+    /// channel (`redisson_sc:{name}`) and the count-down latch's
+    /// (`redisson_countdownlatch__channel__{name}`) too.
     pub channels: Vec<ChannelListeners>,
     /// The count of a [`HoldMode::Counter`]: a semaphore's free permits or a count-down
     /// latch's count.
@@ -190,7 +191,10 @@ pub(crate) async fn inspect(engine: &Engine, name: &str) -> Result<LockState> {
             .iter()
             .map(|w| keys.fair_waiter_channel(&w.field)),
     );
-    if state.mode == HoldMode::Counter {
+    // A counter, or no key at all: a semaphore without permits or an open latch may be
+    // waited for all the same.
+    let bare = state.mode == HoldMode::Free && state.queue_len == 0;
+    if state.mode == HoldMode::Counter || bare {
         channels.push(keys::semaphore_channel(&keys.raw));
         channels.push(keys::latch_channel(&keys.raw));
     }

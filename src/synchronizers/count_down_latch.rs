@@ -59,6 +59,12 @@ pub(crate) fn latch_messages(payload: &str) -> Option<waiters::Wake> {
 /// Java names the channel by bracing the raw name, whatever it holds, so for a name with a
 /// `}` the channel falls in another slot than the key, and every write fails with
 /// `CROSSSLOT`, in Java too. On a cluster such a name is refused when the handle is made.
+///
+/// # Example
+///
+/// ```no_run
+#[doc = include_str!("../../docs/snippets/count_down_latch.rs")]
+/// ```
 #[derive(Clone)]
 pub struct CountDownLatch {
     inner: Arc<Inner>,
@@ -152,9 +158,10 @@ impl CountDownLatch {
     ///
     /// # Errors
     /// [`Error::WrongType`] when the key holds another type; [`Error::Redis`] when the key
-    /// holds text that is not a count, or Redis stayed unreachable for 100 s of resends (the
-    /// count may or may not have gone down); [`Error::NotReplicated`] after 100 s of resends
-    /// no replica confirmed; [`Error::Closed`] after shutdown.
+    /// holds text that is not a count (or a count beyond 2^53 - 1 either way), or Redis
+    /// stayed unreachable for 100 s of resends (the count may or may not have gone down);
+    /// [`Error::NotReplicated`] after 100 s of resends no replica confirmed;
+    /// [`Error::Closed`] after shutdown.
     pub fn count_down(&self) -> impl Future<Output = Result<()>> + Send + 'static {
         let inner = self.inner.clone();
         let writing = inner.engine.owed().writing();
@@ -220,14 +227,16 @@ impl CountDownLatch {
 
     /// Deletes the latch (Redisson's `delete`), and when there was one tells waiters `1`, as
     /// Java does: this crate's waiters then find the latch open, Java's do not wake. `true`
-    /// when a latch was deleted. A key of another type is left alone.
+    /// when a latch was deleted. A key of another type, or text that is not a count, is
+    /// left alone.
     ///
     /// # Cancel safety
     /// Dropped once sent, the script may or may not run; it runs at most once.
     ///
     /// # Errors
     /// [`Error::WrongType`] when the key holds another type; [`Error::Redis`] when Redis
-    /// cannot be reached; [`Error::NotReplicated`]; [`Error::Closed`] after shutdown.
+    /// cannot be reached or the key holds text that is not a count; [`Error::NotReplicated`];
+    /// [`Error::Closed`] after shutdown.
     pub fn delete(&self) -> impl Future<Output = Result<bool>> + Send + 'static {
         let inner = self.inner.clone();
         async move {

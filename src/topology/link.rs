@@ -10,6 +10,11 @@
 //! One try stands for every call made within [`LOOK_STANDS`]. On a cluster or behind
 //! Sentinel nothing is held back: a master that refuses may be replaced by a failover within
 //! the command timeout.
+//!
+//! On a single server the link also tells waiters when the connection is lost (see
+//! [`lost`](Link::lost)) and since when it has been down, so that a waiter counts an outage
+//! from the moment the server went away, not from its own next look, which may come a
+//! recheck period later.
 
 use std::io;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -23,7 +28,7 @@ use fred::interfaces::{ClientLike, EventInterface};
 use fred::types::config::{Options, Server, ServerConfig};
 use fred::types::ClientState;
 use tokio::sync::broadcast::error::RecvError;
-use tokio::sync::{watch, Mutex};
+use tokio::sync::{watch, Mutex, Notify};
 use tokio::time::Instant;
 
 /// How long one try of a connection answers for every call made meanwhile, so that calls
@@ -43,6 +48,10 @@ pub(crate) struct Link {
     /// Set when fred reports the connection lost or a reconnect failed; cleared when it
     /// reconnects.
     down: Arc<AtomicBool>,
+    /// When fred first reported the connection lost, until it reconnects.
+    down_since: Arc<parking_lot::Mutex<Option<Instant>>>,
+    /// Told to every waiter when fred reports the connection lost.
+    lost: Arc<Notify>,
     look_timeout: Duration,
     last_look: Mutex<Option<Look>>,
 }
@@ -65,9 +74,12 @@ impl Link {
             _ => None,
         };
         let down = Arc::new(AtomicBool::new(false));
+        let down_since = Arc::new(parking_lot::Mutex::new(None));
+        let lost_news = Arc::new(Notify::new());
         if server.is_some() {
             let (mut errors, mut reconnects) = (redis.error_rx(), redis.reconnect_rx());
-            let down = down.clone();
+            let (down, down_since, lost_news) =
+                (down.clone(), down_since.clone(), lost_news.clone());
             tokio::spawn(async move {
                 loop {
                     let lost = tokio::select! {
@@ -84,6 +96,15 @@ impl Link {
                         _ = shutdown.wait_for(|closing| *closing) => return,
                     };
                     down.store(lost, Ordering::Relaxed);
+                    let mut since = down_since.lock();
+                    match (lost, since.is_some()) {
+                        (true, false) => {
+                            *since = Some(Instant::now());
+                            lost_news.notify_waiters();
+                        }
+                        (false, _) => *since = None,
+                        (true, true) => {}
+                    }
                 }
             });
         }
@@ -97,6 +118,8 @@ impl Link {
             server,
             reads: redis.with_options(&reads),
             down,
+            down_since,
+            lost: lost_news,
             look_timeout: (command_timeout / 2).min(LOOK_TIMEOUT),
             last_look: Mutex::new(None),
         }
@@ -107,6 +130,19 @@ impl Link {
     /// the server refuses (see [`explain`](Link::explain)).
     pub(crate) fn reads(&self) -> &WithOptions<Client> {
         &self.reads
+    }
+
+    /// Since when the single server's connection has been down, as fred reported it;
+    /// `None` while it is up, and always on a cluster or behind Sentinel.
+    pub(crate) fn down_since(&self) -> Option<Instant> {
+        *self.down_since.lock()
+    }
+
+    /// Completes when fred next reports the single server's connection lost (never on a
+    /// cluster or behind Sentinel). Registered when called, so that a loss reported
+    /// after the call and before the first poll is not missed.
+    pub(crate) fn lost(&self) -> tokio::sync::futures::Notified<'_> {
+        self.lost.notified()
     }
 
     /// Whether a call may be sent: the refusal when the connection is down and the server
@@ -152,6 +188,7 @@ impl Link {
         // The server answers and fred is connected: the news of the reconnect was missed.
         if refused.is_none() && self.reads.state() == ClientState::Connected {
             self.down.store(false, Ordering::Relaxed);
+            *self.down_since.lock() = None;
         }
         *last = Some(Look {
             at: Instant::now(),

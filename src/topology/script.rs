@@ -17,7 +17,7 @@ use fred::types::config::{Options, Server};
 use fred::types::{ClusterHash, CustomCommand, Value};
 
 use crate::base::backoff::{doubled, TRY_AGAIN_PAUSE};
-use crate::base::error::{is_noscript, Error, Result};
+use crate::base::error::{is_noscript, refused_keys, Error, Result};
 use crate::base::keys::Str;
 use crate::topology::redirect::{
     is_redirected, is_try_again, send_asking, slot_view, slot_view_of, MAX_REDIRECTIONS,
@@ -94,6 +94,13 @@ impl Call {
     /// Appends arguments after the others.
     pub(crate) fn push_args(&mut self, args: impl IntoIterator<Item = Value>) {
         self.argv.extend(args);
+    }
+
+    /// `error`, naming this script and its keys when the server refused it as a whole for
+    /// a key this user may not use (the server names none).
+    fn explain(&self, error: RedisError) -> RedisError {
+        let keys = self.argv[1..=self.keys].iter().filter_map(Value::as_string);
+        refused_keys(error, self.script.name, keys.collect())
     }
 
     /// The first key, which routes the call.
@@ -177,7 +184,7 @@ impl ScriptRunner {
             };
             match named.as_ref().and_then(|named| named.astray()) {
                 Some(astray) => Err(astray),
-                None => reply,
+                None => reply.map_err(|error| send.call.explain(error)),
             }
         }
     }
@@ -223,7 +230,7 @@ impl ScriptRunner {
                 None => reply,
             };
             Followed {
-                reply,
+                reply: reply.map_err(|error| send.call.explain(error)),
                 behind,
                 node: send.node,
             }
@@ -468,7 +475,7 @@ scripts! {
     SEMAPHORE_DRAIN => "semaphore_drain" with "permit", "semaphore_count",
     LATCH_SET => "latch_set" with "permit", "publish", "latch_count",
     LATCH_COUNT_DOWN => "latch_count_down" with "permit", "publish", "latch_count", "once",
-    LATCH_DELETE => "latch_delete" with "permit", "publish",
+    LATCH_DELETE => "latch_delete" with "permit", "publish", "latch_count",
     EXPIRABLE_ACQUIRE => "expirable_acquire" with "permit", "publish", "semaphore_count", "expirable_leases",
     EXPIRABLE_UNDO => "expirable_undo" with "permit", "publish", "semaphore_count", "expirable_leases",
     EXPIRABLE_RELEASE => "expirable_release" with "permit", "publish", "semaphore_count",

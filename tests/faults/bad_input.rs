@@ -325,3 +325,67 @@ async fn queries_of_every_kind_on_a_key_of_another_type_are_wrong_type() {
     }
     assert_eq!(server.command(&["DBSIZE"]), kinds.len().to_string());
 }
+
+/// A semaphore's and a latch's calls on what is not their data: a key of another type is
+/// `WrongType` for `try_set_permits` too; a string that holds no count is refused by a
+/// latch's `delete` as by its other calls, and a count beyond 2^53 - 1 is said to be one,
+/// not taken for another type; a wait too long to represent names the calls without one.
+#[tokio::test]
+async fn synchronizers_refuse_what_is_not_their_data_in_words() {
+    let server = RedisServer::start();
+    let c = client(&server).await;
+    for (kind, write) in [
+        ("hash", ["HSET", "sem:hash", "field", "1"]),
+        ("zset", ["ZADD", "sem:zset", "1", "member"]),
+        ("list", ["RPUSH", "sem:list", "a", "b"]),
+    ] {
+        let key = write[1];
+        server.command(&write);
+        let result = c.semaphore(key).unwrap().try_set_permits(3).await;
+        assert!(
+            matches!(&result, Err(Error::WrongType { name }) if name == key),
+            "{kind}: {result:?}"
+        );
+        assert_eq!(server.command(&["TYPE", key]), kind);
+    }
+
+    for value in ["abc", "1.5"] {
+        server.command(&["SET", "latch:text", value]);
+        let result = c.count_down_latch("latch:text").unwrap().delete().await;
+        let error = result.expect_err("not a count").to_string();
+        assert!(error.contains("not a whole number"), "{value}: {error}");
+        assert_eq!(server.command(&["GET", "latch:text"]), value);
+    }
+
+    let huge = "99999999999999999999";
+    server.command(&["SET", "latch:huge", huge]);
+    let result = c.count_down_latch("latch:huge").unwrap().count_down().await;
+    assert!(
+        !matches!(result, Err(Error::WrongType { .. })),
+        "{result:?}"
+    );
+    let error = result.expect_err("beyond what a latch counts").to_string();
+    assert!(error.contains("beyond 2^53 - 1"), "{error}");
+    assert_eq!(server.command(&["GET", "latch:huge"]), huge);
+
+    let semaphore = c.semaphore("far:sem").unwrap();
+    let latch = c.count_down_latch("far:latch").unwrap();
+    for (what, result) in [
+        (
+            "semaphore",
+            semaphore.try_acquire_for(1, Duration::MAX).await.map(drop),
+        ),
+        ("latch", latch.wait_for(Duration::MAX).await.map(drop)),
+    ] {
+        let error = result.expect_err("too long to represent");
+        assert!(
+            matches!(error, Error::InvalidArgument(_)),
+            "{what}: {error:?}"
+        );
+        let text = error.to_string();
+        assert!(
+            text.contains("acquire()") && text.contains("wait()"),
+            "{what}: {text}"
+        );
+    }
+}

@@ -177,3 +177,59 @@ async fn a_build_that_fails_after_connecting_leaves_no_connection_behind() {
     })
     .await;
 }
+
+/// Something that is not Redis at the address (an HTTP server, say): said so, with the
+/// likely causes, not as a decoding error.
+#[tokio::test]
+async fn a_server_that_does_not_speak_redis_is_named_so() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let http = tokio::spawn(async move {
+        while let Ok((mut socket, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut request = [0u8; 1024];
+                let _ = socket.read(&mut request).await;
+                let reply = b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n";
+                let _ = socket.write_all(reply).await;
+            });
+        }
+    });
+    let building = LockClient::builder()
+        .url(&format!("redis://127.0.0.1:{port}"))
+        .command_timeout(Duration::from_secs(2))
+        .build();
+    let result = within(20 * SECOND, "the build", building).await;
+    let text = result.expect_err("not a Redis server").to_string();
+    assert!(text.contains("does not speak the Redis protocol"), "{text}");
+    assert!(text.contains("rediss://"), "{text}");
+    assert!(!text.contains("Decode Error"), "{text}");
+    http.abort();
+}
+
+/// A server that wants a password, reached without one: told that none was given, not
+/// that credentials were refused.
+#[tokio::test]
+async fn a_password_that_was_not_given_is_named_so() {
+    let mut server = RedisServer::start();
+    assert_eq!(
+        server.command(&["CONFIG", "SET", "requirepass", "pw"]),
+        "OK"
+    );
+    let result = within(
+        20 * SECOND,
+        "connecting",
+        LockClient::connect(&server.url()),
+    )
+    .await;
+    let text = result.expect_err("no password").to_string();
+    assert!(
+        text.contains("requires a password and none was given"),
+        "{text}"
+    );
+    assert!(!text.contains("refused the credentials"), "{text}");
+    let url = format!("redis://:pw@127.0.0.1:{}", server.port());
+    LockClient::connect(&url).await.unwrap().shutdown().await;
+    // Its SHUTDOWN would need the password.
+    server.kill();
+}

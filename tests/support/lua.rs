@@ -4,7 +4,8 @@
 /// `src/topology/script.rs` lists (`NAME => "<name>" with "part", …`) first, in that order, then the
 /// file as the function `script`, then the epilogue `lua/main.lua` that runs it.
 pub fn lua(name: &str) -> String {
-    let root = env!("CARGO_MANIFEST_DIR");
+    let root = repository_root();
+    let root = root.display();
     let read = |path: String| {
         std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("read {path}: {e}"))
     };
@@ -22,4 +23,15 @@ pub fn lua(name: &str) -> String {
     let own = read(format!("{root}/lua/{name}.lua"));
     let main = read(format!("{root}/lua/main.lua"));
     format!("{snippets}local function script()\n{own}end\n{main}")
+}
+
+/// The repository's root, found from this file's own place: the crates that include it (the
+/// library's tests, the benches, the peers benchmark) have their manifests at different
+/// depths.
+pub fn repository_root() -> std::path::PathBuf {
+    let this = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(file!());
+    let this = this.canonicalize().unwrap_or(this);
+    let root = this.ancestors().nth(3);
+    root.expect("tests/support/lua.rs is three levels below the root")
+        .to_path_buf()
 }

@@ -385,13 +385,48 @@ async fn read_twice(client: &LockClient, name: &str, held: &Held, tally: &Tally)
 
 /// A fred error, as counted: its kind, and for the kind `Unknown` its message.
 fn redis_error(during: &str, error: &fred::error::Error) -> String {
-    match error.kind() {
-        fred::error::ErrorKind::Unknown => {
-            let details: String = error.details().chars().take(40).collect();
-            format!("{during}: {}", details.replace(',', ";"))
-        }
-        kind => format!("{during}: {kind:?}"),
-    }
+    use fred::error::ErrorKind;
+    let details = error.details();
+    let known = [
+        (
+            "NOSCRIPT",
+            "the server had lost the script (restarted or failed over)",
+        ),
+        (
+            "Failed to route command",
+            "no connection to send it on (reconnecting; or its slot moving)",
+        ),
+        (
+            "READONLY",
+            "a replica refused the write (a failover under way)",
+        ),
+        ("LOADING", "the server was loading its data"),
+        ("MASTERDOWN", "the replica's master was down"),
+        ("CLUSTERDOWN", "the cluster was down"),
+        ("TRYAGAIN", "its keys were split by a slot migration"),
+        (
+            "Too many redirections",
+            "a slot moved more often than followed",
+        ),
+        (
+            "Connection closed",
+            "the connection closed before the reply",
+        ),
+    ];
+    let words = match error.kind() {
+        ErrorKind::Timeout => "no answer within the command timeout".to_owned(),
+        ErrorKind::IO => "the connection failed".to_owned(),
+        ErrorKind::Canceled => "canceled as its connection dropped".to_owned(),
+        kind => match known.iter().find(|(start, _)| details.contains(start)) {
+            Some((_, words)) => (*words).to_owned(),
+            None if *kind == ErrorKind::Unknown => {
+                let details: String = details.chars().take(40).collect();
+                format!("Redis answered {details}")
+            }
+            None => format!("{kind:?} error"),
+        },
+    };
+    format!("{during}: {}", words.replace(',', ";"))
 }
 
 /// Counts an error; the ones that point at corrupted state are violations. A refused

@@ -1,128 +1,22 @@
-//! `redisson-lock`: look at, free, follow and take Redisson locks from a shell, whichever
-//! side (Java or Rust) holds them. `redisson-lock --help` lists the commands; the exit codes
-//! are in [`Exit`] and in `docs/operations.md`.
+//! `redisson-lock`: look at, free, follow and take Redisson locks from a shell, and look at
+//! and follow semaphores and count-down latches, whichever side (Java or Rust) uses them.
+//! `redisson-lock --help` lists the commands (their arguments are in `args.rs`); the exit
+//! codes are in [`Exit`] and in `docs/operations.md`.
 
+mod args;
 mod hold;
 mod show;
+mod synchronizer;
 mod watch;
 
 use std::io::{BufRead, Write};
 use std::process::ExitCode;
-use std::time::Duration;
 
-use clap::{Parser, Subcommand, ValueEnum};
+use args::{arguments, Command};
+pub(crate) use args::{Cli, Kind, Object};
 use redisson_lock::inspect::HoldMode;
 use redisson_lock::{Error, LockClient};
-
-/// Inspect, list, free, follow and hold Redisson locks (Java's Redisson and this crate
-/// alike).
-#[derive(Parser, Debug)]
-#[command(name = "redisson-lock", version, after_help = AFTER_HELP)]
-struct Cli {
-    /// The server: redis://, rediss://, redis-sentinel:// or redis-cluster:// URL.
-    #[arg(
-        long,
-        env = "REDIS_URL",
-        default_value = "redis://127.0.0.1:6379",
-        global = true
-    )]
-    url: String,
-    /// The name prefix of the services' clients (Redisson's name mapper), put in front of
-    /// every NAME and taken off every name listed.
-    #[arg(long, default_value = "", global = true)]
-    prefix: String,
-    /// Print JSON (one object, or one object a line for `watch` and `hold`).
-    #[arg(long, global = true)]
-    json: bool,
-    #[command(subcommand)]
-    command: Command,
-}
-
-/// The help text every subcommand ends with.
-const AFTER_HELP: &str = "DURATION is a number with a unit: 250ms, 10s, 2m, 1h (a bare number \
-means seconds).\n\nExit codes: 0 done; 1 the lock was not in the state asked for (nothing to \
-free, not acquired in time, lease lost); 2 bad arguments (a bad URL, name or duration); 3 Redis \
-unreachable or refusing; 4 not confirmed; 5 the name is not a lock; 130 interrupted while \
-holding.";
-
-#[derive(Subcommand, Debug)]
-enum Command {
-    /// Show everything Redis holds for a lock: holders, TTL, fair queue, readers, token,
-    /// channel listeners.
-    #[command(after_help = AFTER_HELP)]
-    Inspect {
-        /// The lock's name, as the services name it.
-        name: String,
-    },
-    /// List the locks held or waited for, one line each (SCAN, never KEYS).
-    #[command(after_help = AFTER_HELP)]
-    List {
-        /// A glob on lock names (Redis MATCH syntax).
-        #[arg(default_value = "*")]
-        pattern: String,
-        /// Also list counters: strings holding a whole number, as semaphores and count-down
-        /// latches store their counts (one more script per string found).
-        #[arg(long)]
-        counters: bool,
-        /// Stop each scan after about this many keys (per node on a cluster).
-        #[arg(long, default_value_t = 100_000)]
-        max_keys: u64,
-    },
-    /// Free a lock whoever holds it, with its kind's own force release, so that waiters of
-    /// both languages wake. Asks first unless --yes.
-    #[command(after_help = AFTER_HELP)]
-    ForceUnlock {
-        /// The lock's name.
-        name: String,
-        /// Do not ask.
-        #[arg(long, short)]
-        yes: bool,
-    },
-    /// Follow a lock live: acquisitions, releases, queue changes and pub/sub messages,
-    /// until interrupted (or --for has passed).
-    #[command(after_help = AFTER_HELP)]
-    Watch {
-        /// The lock's name.
-        name: String,
-        /// How often to look at the lock's data (more than zero).
-        #[arg(long, value_parser = parse_period, default_value = "100ms", value_name = "DURATION")]
-        interval: Duration,
-        /// Stop after this long.
-        #[arg(long = "for", value_parser = parse_duration, value_name = "DURATION")]
-        duration: Option<Duration>,
-    },
-    /// Take a lock and hold it, for drills and for testing a service.
-    #[command(after_help = AFTER_HELP)]
-    Hold {
-        /// The lock's name.
-        name: String,
-        /// How long to hold it once taken.
-        #[arg(long = "for", value_parser = parse_duration, default_value = "10s", value_name = "DURATION")]
-        duration: Duration,
-        /// Which kind of lock to take.
-        #[arg(long, value_enum, default_value_t = Kind::Lock)]
-        kind: Kind,
-        /// How long to wait for it (default: as long as it takes; 0: one attempt).
-        #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
-        wait: Option<Duration>,
-        /// A fixed lease instead of the watchdog's renewals (more than zero).
-        #[arg(long, value_parser = parse_period, value_name = "DURATION")]
-        lease: Option<Duration>,
-    },
-}
-
-/// The kinds `hold` can take.
-#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Kind {
-    Lock,
-    Fair,
-    Fenced,
-    Spin,
-    NonReentrant,
-    NonReentrantFair,
-    Read,
-    Write,
-}
+use serde_json::json;
 
 /// Why the tool stops; the process's exit code.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -152,33 +46,6 @@ impl From<Error> for Failure {
 
 pub(crate) type Outcome = Result<Exit, Failure>;
 
-/// Parses `250ms`, `10s`, `2m`, `1h` or a bare number of seconds.
-fn parse_duration(text: &str) -> Result<Duration, String> {
-    let split = text
-        .find(|c: char| !c.is_ascii_digit() && c != '.')
-        .unwrap_or(text.len());
-    let (number, unit) = text.split_at(split);
-    let number: f64 = number
-        .parse()
-        .map_err(|_| format!("not a duration: {text:?}"))?;
-    let seconds = match unit {
-        "ms" => number / 1000.0,
-        "" | "s" => number,
-        "m" => number * 60.0,
-        "h" => number * 3600.0,
-        _ => return Err(format!("unknown unit {unit:?} in {text:?} (ms, s, m, h)")),
-    };
-    Duration::try_from_secs_f64(seconds).map_err(|e| e.to_string())
-}
-
-/// [`parse_duration`], refusing zero: a period or a lease must last.
-fn parse_period(text: &str) -> Result<Duration, String> {
-    match parse_duration(text)? {
-        Duration::ZERO => Err(format!("{text:?} is zero; give a duration above zero")),
-        period => Ok(period),
-    }
-}
-
 /// Ctrl-C, listened for from the moment this is called. A `ctrl_c()` made anew in each
 /// `select!` listens only while that `select!` waits: a Ctrl-C that comes while the tool is
 /// busy elsewhere (reading the lock, say) would be lost, and the tool would run on.
@@ -194,9 +61,21 @@ fn interrupted() -> std::pin::Pin<Box<dyn std::future::Future<Output = ()>>> {
     })
 }
 
+/// A failure as one JSON object on stdout, where the output of a `--json` run goes.
+fn print_error(exit: Exit, message: &str) {
+    show::print_json(&json!({
+        "event": "error",
+        "error": message,
+        "exit_code": exit as u8,
+    }));
+}
+
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match arguments() {
+        Ok(cli) => cli,
+        Err(exit) => return exit,
+    };
     let outcome = match connect(&cli).await {
         Ok(client) => {
             let outcome = run(&cli, &client).await;
@@ -208,7 +87,11 @@ async fn main() -> ExitCode {
     match outcome {
         Ok(exit) => ExitCode::from(exit as u8),
         Err(Failure(exit, message)) => {
-            eprintln!("redisson-lock: {message}");
+            if cli.global.json {
+                print_error(exit, &message);
+            } else {
+                eprintln!("redisson-lock: {message}");
+            }
             ExitCode::from(exit as u8)
         }
     }
@@ -216,8 +99,8 @@ async fn main() -> ExitCode {
 
 async fn connect(cli: &Cli) -> Result<LockClient, Failure> {
     LockClient::builder()
-        .url(&cli.url)
-        .name_prefix(cli.prefix.clone())
+        .url(&cli.global.url)
+        .name_prefix(cli.global.prefix.clone())
         .build()
         .await
         .map_err(|error| {
@@ -231,10 +114,11 @@ async fn connect(cli: &Cli) -> Result<LockClient, Failure> {
 
 async fn run(cli: &Cli, client: &LockClient) -> Outcome {
     match &cli.command {
-        Command::Inspect { name } => {
+        Command::Inspect { name, kind, .. } => {
             let state = client.inspect(name).await?;
             let clients = clients(client).await;
-            show::print_state(&state, &clients, cli.json);
+            let what = synchronizer::what(&state, *kind);
+            show::print_state(&state, &clients, what, cli.global.json);
             Ok(match state.mode {
                 HoldMode::NotALock(_) => Exit::NotALock,
                 _ => Exit::Done,
@@ -244,6 +128,7 @@ async fn run(cli: &Cli, client: &LockClient) -> Outcome {
             pattern,
             counters,
             max_keys,
+            ..
         } => {
             let mut found = client.find_locks(pattern, *max_keys).await?;
             if *counters {
@@ -253,27 +138,41 @@ async fn run(cli: &Cli, client: &LockClient) -> Outcome {
                 found.incomplete |= more.incomplete;
             }
             let clients = clients(client).await;
-            show::print_list(&found, &clients, cli.json);
-            if found.incomplete {
+            show::print_list(&found, &clients, cli.global.json);
+            if found.incomplete && !cli.global.json {
                 eprintln!(
                     "redisson-lock: the scan stopped after --max-keys; the list may be incomplete"
                 );
             }
             Ok(Exit::Done)
         }
-        Command::ForceUnlock { name, yes } => force_unlock(cli, client, name, *yes).await,
+        Command::ForceUnlock { name, yes, .. } => force_unlock(cli, client, name, *yes).await,
         Command::Watch {
             name,
+            kind,
             interval,
             duration,
-        } => watch::watch(cli, client, name, *interval, *duration).await,
+            ..
+        } => watch::watch(cli, client, name, *kind, *interval, *duration).await,
         Command::Hold {
             name,
             duration,
             kind,
             wait,
             lease,
-        } => hold::hold(client, name, *kind, *duration, *wait, *lease, cli.json).await,
+            ..
+        } => {
+            hold::hold(
+                client,
+                name,
+                *kind,
+                *duration,
+                *wait,
+                *lease,
+                cli.global.json,
+            )
+            .await
+        }
     }
 }
 
@@ -316,8 +215,8 @@ async fn force_unlock(cli: &Cli, client: &LockClient, name: &str, yes: bool) -> 
             ))
         }
         HoldMode::Free => {
-            if cli.json {
-                show::print_json(&serde_json::json!({"name": name, "freed": false}));
+            if cli.global.json {
+                show::print_json(&json!({"name": name, "freed": false}));
             } else {
                 println!("{name} is not held; nothing to free");
             }
@@ -330,8 +229,8 @@ async fn force_unlock(cli: &Cli, client: &LockClient, name: &str, yes: bool) -> 
         _ => "lock",
     };
     if !yes {
-        if !cli.json {
-            show::print_state(&state, &clients, false);
+        if !cli.global.json {
+            show::print_state(&state, &clients, synchronizer::What::Lock, false);
         }
         let question = format!("Free {name} now? Its holders will go on as if they held it.");
         if !confirmed(&question) {
@@ -342,8 +241,8 @@ async fn force_unlock(cli: &Cli, client: &LockClient, name: &str, yes: bool) -> 
         }
     }
     let freed = forced(client, name, how).await?;
-    if cli.json {
-        show::print_json(&serde_json::json!({"name": name, "freed": freed, "as": how}));
+    if cli.global.json {
+        show::print_json(&json!({"name": name, "freed": freed, "as": how}));
     } else if freed {
         println!(
             "freed {name} (as a {}); its waiters were told",
@@ -362,23 +261,5 @@ async fn forced(client: &LockClient, name: &str, how: &str) -> Result<bool, Erro
         "read_lock" => client.read_write_lock(name)?.force_unlock_read().await,
         "fair_lock" => client.fair_lock(name)?.force_unlock().await,
         _ => client.lock(name)?.force_unlock().await,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::parse_duration;
-    use std::time::Duration;
-
-    #[test]
-    fn parses_durations() {
-        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
-        assert_eq!(parse_duration("10s"), Ok(Duration::from_secs(10)));
-        assert_eq!(parse_duration("1.5"), Ok(Duration::from_millis(1500)));
-        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
-        assert!(parse_duration("soon").is_err());
-        assert!(parse_duration("3d").is_err());
-        assert!(super::parse_period("0ms").is_err());
-        assert_eq!(super::parse_period("5"), Ok(Duration::from_secs(5)));
     }
 }

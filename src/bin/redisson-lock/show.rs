@@ -7,6 +7,8 @@ use redisson_lock::inspect::{FoundLocks, HoldMode, Holder, LockState, Side};
 use redisson_lock::{LockOwner, Uuid};
 use serde_json::{json, Value};
 
+use crate::synchronizer::{self, What};
+
 /// What the tool knows of the connected clients of this crate: by client id with their
 /// addresses (see `connected_lock_clients`), or why they could not be listed.
 pub(crate) type Clients = Result<HashMap<Uuid, String>, String>;
@@ -73,8 +75,8 @@ fn owner_json(field: &str, owner: Option<&LockOwner>, clients: &Clients) -> Valu
     })
 }
 
-/// The state as one JSON object.
-pub(crate) fn state_json(state: &LockState, clients: &Clients) -> Value {
+/// The state as one JSON object, with the fields of what it is shown as.
+pub(crate) fn state_json(state: &LockState, clients: &Clients, what: What) -> Value {
     let now = SystemTime::now();
     let holders: Vec<Value> = state
         .holders
@@ -112,7 +114,7 @@ pub(crate) fn state_json(state: &LockState, clients: &Clients) -> Value {
         .iter()
         .map(|c| json!({"channel": c.channel, "listeners": c.listeners}))
         .collect();
-    json!({
+    let mut value = json!({
         "name": state.name,
         "key": state.key,
         "state": mode_name(&state.mode),
@@ -130,10 +132,12 @@ pub(crate) fn state_json(state: &LockState, clients: &Clients) -> Value {
         })).collect::<Vec<_>>(),
         "leased_permits_len": state.leased_permits_len,
         "channels": channels,
-    })
+    });
+    synchronizer::json_fields(state, what, &mut value);
+    value
 }
 
-fn human_duration(duration: Duration) -> String {
+pub(crate) fn human_duration(duration: Duration) -> String {
     if duration == Duration::MAX {
         return "never expires".into();
     }
@@ -210,10 +214,13 @@ fn state_text(state: &LockState) -> String {
     }
 }
 
-/// Prints the state for people, or as JSON.
-pub(crate) fn print_state(state: &LockState, clients: &Clients, json: bool) {
+/// Prints the state, shown as `what`, for people or as JSON.
+pub(crate) fn print_state(state: &LockState, clients: &Clients, what: What, json: bool) {
     if json {
-        return print_json(&state_json(state, clients));
+        return print_json(&state_json(state, clients, what));
+    }
+    if what.counts() {
+        return synchronizer::print(state, what, state.ttl.map(human_duration));
     }
     let now = SystemTime::now();
     println!("lock      {}   (key {})", state.name, state.key);
@@ -298,8 +305,11 @@ fn channel_role(channel: &str) -> &'static str {
 
 /// Prints one line a lock, or a JSON object with every lock.
 pub(crate) fn print_list(found: &FoundLocks, clients: &Clients, json: bool) {
+    let auto = |state: &LockState| synchronizer::what(state, crate::Object::Auto);
     if json {
-        let locks: Vec<Value> = found.locks.iter().map(|s| state_json(s, clients)).collect();
+        let locks: Vec<Value> = (found.locks.iter())
+            .map(|s| state_json(s, clients, auto(s)))
+            .collect();
         return print_json(&json!({"locks": locks, "incomplete": found.incomplete}));
     }
     for state in &found.locks {
@@ -307,13 +317,16 @@ pub(crate) fn print_list(found: &FoundLocks, clients: &Clients, json: bool) {
         if let Some(count) = state.counter {
             let listeners: u64 = state.channels.iter().map(|c| c.listeners).sum();
             // A permit-expirable semaphore's taken permits, when its leases list any.
-            let leased = match state.leased_permits_len {
-                0 => String::new(),
-                n => format!("\tleased={n}"),
+            let what = auto(state);
+            let count = match what {
+                What::Semaphore => format!("free={count}"),
+                What::Expirable => format!("free={count}\ttaken={}", state.leased_permits_len),
+                _ => format!("count={count}"),
             };
             println!(
-                "{}\tcounter\tcount={count}{leased}\tlisteners={listeners}\tttl={ttl}",
-                state.name
+                "{}\t{}\t{count}\tlisteners={listeners}\tttl={ttl}",
+                state.name,
+                what.name()
             );
             continue;
         }

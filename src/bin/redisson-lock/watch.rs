@@ -1,6 +1,7 @@
-//! `watch`: follows one lock live. Acquisitions, releases, re-entries and queue changes are
-//! seen by reading the lock's data every interval (Redis tells nobody of an acquisition);
-//! the unlock messages by listening on the lock's channels (and each queued waiter's own).
+//! `watch`: follows one lock, semaphore or count-down latch live. Acquisitions, releases,
+//! re-entries, queue changes and counts are seen by reading the data every interval (Redis
+//! tells nobody of an acquisition); the messages by listening on the channels (and each
+//! queued waiter's own), each told in the words of its channel's kind.
 
 use std::collections::{BTreeMap, HashSet};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -14,13 +15,17 @@ use redisson_lock::LockClient;
 use serde_json::{json, Value};
 
 use crate::show::{print_json, print_state, state_json};
-use crate::{Cli, Exit, Failure, Outcome};
+use crate::synchronizer::{self, What};
+use crate::{Cli, Exit, Failure, Object, Outcome};
 
-/// What one poll saw: holders by field (side, count), and the queue in order.
+/// What one poll saw: holders by field (side, count), the queue in order, a counter's
+/// count and how many permits the leases list.
 #[derive(Default, PartialEq)]
 struct Seen {
     holders: BTreeMap<String, (Side, i64)>,
     queue: Vec<String>,
+    counter: Option<i64>,
+    leased: u64,
 }
 
 impl Seen {
@@ -30,6 +35,8 @@ impl Seen {
                 .map(|h| (h.field.clone(), (h.side, h.count)))
                 .collect(),
             queue: state.queue.iter().map(|w| w.field.clone()).collect(),
+            counter: state.counter,
+            leased: state.leased_permits_len,
         }
     }
 }
@@ -62,8 +69,28 @@ impl Events {
         }
     }
 
-    /// The differences between two polls.
-    fn changes(&self, before: &Seen, now: &Seen) {
+    /// The differences between two polls, of a name shown as `what`.
+    fn changes(&self, what: What, before: &Seen, now: &Seen) {
+        if let Some(text) = synchronizer::count_change(what, before.counter, now.counter) {
+            // A latch deleted at 0 counts as 0 (open).
+            let to = match (what, now.counter) {
+                (What::Latch, None) => Some(0),
+                (_, to) => to,
+            };
+            self.emit(
+                "counter",
+                json!({"object": what.name(), "from": before.counter, "to": to}),
+                text,
+            );
+        }
+        if before.leased != now.leased {
+            let (from, to) = (before.leased, now.leased);
+            self.emit(
+                "leases",
+                json!({"from": from, "to": to}),
+                format!("taken permits listed in the leases {from} -> {to}"),
+            );
+        }
         for (field, (s, _)) in &before.holders {
             if !now.holders.contains_key(field) {
                 self.emit(
@@ -120,16 +147,19 @@ pub(crate) async fn watch(
     cli: &Cli,
     client: &LockClient,
     name: &str,
+    asked: Object,
     interval: Duration,
     duration: Option<Duration>,
 ) -> Outcome {
     // Where the client's own waiters would listen: sharded only where the servers have it.
     let sharded = client.listens_sharded();
-    let subscriber = listen(&cli.url).await?;
+    let subscriber = listen(&cli.global.url).await?;
     let mut messages = subscriber.message_rx();
     let mut subscribed = HashSet::new();
+    // What the name is shown as; once the data tells a synchronizer, it stays one.
+    let mut what = What::Lock;
     let events = Events {
-        json: cli.json,
+        json: cli.global.json,
         start: Instant::now(),
     };
     let stop = async {
@@ -149,14 +179,10 @@ pub(crate) async fn watch(
             message = messages.recv() => {
                 if let Ok(message) = message {
                     let payload = message.value.as_string().unwrap_or_default();
-                    let meaning = match payload.as_str() {
-                        "0" => "wakes one waiter",
-                        "1" => "wakes every waiter (write unlock)",
-                        _ => "not a lock message",
-                    };
+                    let meaning = synchronizer::meaning(&message.channel, &payload);
                     events.emit(
                         "message",
-                        json!({"channel": &*message.channel, "payload": payload}),
+                        json!({"channel": &*message.channel, "payload": payload, "meaning": meaning}),
                         format!("{payload:?} on {} ({meaning})", message.channel),
                     );
                 }
@@ -177,19 +203,22 @@ pub(crate) async fn watch(
                     subscribed.extend(fresh);
                 }
                 let now = Seen::of(&state);
+                if !matches!(what, What::Semaphore | What::Expirable | What::Latch) {
+                    what = synchronizer::what(&state, asked);
+                }
                 match &seen {
                     None => {
                         let clients = crate::clients(client).await;
-                        if cli.json {
-                            let mut first = state_json(&state, &clients);
+                        if cli.global.json {
+                            let mut first = state_json(&state, &clients, what);
                             first["event"] = json!("state");
                             print_json(&first);
                         } else {
-                            print_state(&state, &clients, false);
+                            print_state(&state, &clients, what, false);
                             println!("--- watching {name}; Ctrl-C to stop");
                         }
                     }
-                    Some(before) => events.changes(before, &now),
+                    Some(before) => events.changes(what, before, &now),
                 }
                 seen = Some(now);
             }

@@ -59,21 +59,10 @@ pub const MAX_ACQUIRE: i64 = 10_000;
 /// Do not give a [`Semaphore`](crate::Semaphore) the same name: it shares the counter but
 /// not the leases.
 ///
-/// ```no_run
-/// # async fn demo(client: redisson_lock::LockClient) -> redisson_lock::Result<()> {
-/// use std::time::Duration;
+/// # Example
 ///
-/// let exports = client.permit_expirable_semaphore("exports")?;
-/// exports.try_set_permits(4).await?;
-/// // Should this process die, the permit comes back 30 s after it was taken.
-/// let permit = exports.acquire_guard(1, Some(Duration::from_secs(30))).await?;
-/// // ... the work; a long one extends its lease with `update_lease_time` ...
-/// let id = permit.ids()[0];
-/// exports.update_lease_time(id, Some(Duration::from_secs(30))).await?;
-/// // `false` when the lease had run out meanwhile.
-/// let in_time = permit.release().await?;
-/// # let _ = in_time;
-/// # Ok(()) }
+/// ```no_run
+#[doc = include_str!("../../../docs/snippets/expirable_semaphore.rs")]
 /// ```
 #[derive(Clone)]
 pub struct PermitExpirableSemaphore {

@@ -13,7 +13,13 @@ use super::{PermitExpirableSemaphore, PermitId};
 /// client shuts down has its permits given back by
 /// [`LockClient::shutdown`](crate::LockClient::shutdown); its drop or release then does
 /// nothing.
-#[must_use = "dropping the guard gives the permits back (in the background)"]
+///
+/// # Example
+///
+/// ```no_run
+#[doc = include_str!("../../../docs/snippets/expirable_semaphore.rs")]
+/// ```
+#[must_use = "dropping the guard gives the permits back, in the background: a moment after the drop"]
 #[derive(Debug)]
 pub struct ExpirablePermits {
     semaphore: PermitExpirableSemaphore,

@@ -67,6 +67,12 @@ pub(crate) fn semaphore_messages(payload: &str) -> Option<waiters::Wake> {
 /// double release silently raises the capacity), and permits held by a process that
 /// crashes are gone until someone releases or adds them. Use a lock where a holder's crash
 /// must free what it held.
+///
+/// # Example
+///
+/// ```no_run
+#[doc = include_str!("../../../docs/snippets/semaphore.rs")]
+/// ```
 #[derive(Clone)]
 pub struct Semaphore {
     inner: Arc<Inner>,

@@ -13,7 +13,13 @@ use super::Semaphore;
 /// nothing. A process that dies while holding permits never gives them back: Redisson's
 /// semaphore has no owner and no lease, so they stay taken until someone releases or adds
 /// permits.
-#[must_use = "dropping the guard gives the permits back (in the background)"]
+///
+/// # Example
+///
+/// ```no_run
+#[doc = include_str!("../../../docs/snippets/semaphore_permits.rs")]
+/// ```
+#[must_use = "dropping the guard gives the permits back, in the background: a moment after the drop"]
 #[derive(Debug)]
 pub struct SemaphorePermits {
     semaphore: Semaphore,
