@@ -149,3 +149,28 @@ async fn watch_tells_a_semaphore_by_its_waiters() {
     assert_eq!(tokio::task::block_in_place(|| watch.interrupt()), 0);
     c.shutdown().await;
 }
+
+/// A watch whose subscriber connection is closed (a restart; behind Sentinel, the old master
+/// closing its clients as it is demoted) reconnects and listens again: the messages after it
+/// are still reported.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watch_listens_again_after_its_subscriber_was_disconnected() {
+    let server = RedisServer::start();
+    let c = client(&server).await;
+    let sem = c.semaphore("cli:wkill").unwrap();
+    assert!(sem.try_set_permits(1).await.unwrap());
+    let channel = "redisson_sc:{cli:wkill}";
+    let watch = watching(&server, "cli:wkill", "semaphore", channel).await;
+    server.command(&["CLIENT", "KILL", "TYPE", "pubsub"]);
+    // Listening again (nobody else listens on it).
+    eventually(
+        std::time::Duration::from_secs(10),
+        "the watch listening again",
+        || subscribers(&server, channel) >= 1,
+    )
+    .await;
+    sem.release(2).await.unwrap();
+    let message = tokio::task::block_in_place(|| watch.next_event("message"));
+    assert_eq!(message["payload"], "3");
+    assert_eq!(tokio::task::block_in_place(|| watch.interrupt()), 0);
+}

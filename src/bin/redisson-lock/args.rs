@@ -55,6 +55,11 @@ impl Cli {
             | Command::ForceUnlock { late, .. }
             | Command::Watch { late, .. }
             | Command::Hold { late, .. } => late,
+            Command::GiveBack { repair, .. }
+            | Command::AddPermits { repair, .. }
+            | Command::SetPermits { repair, .. }
+            | Command::CountDown { repair, .. }
+            | Command::Delete { repair, .. } => &mut repair.late,
         };
         if let Some(url) = late.url.take() {
             self.global.url = url;
@@ -71,8 +76,8 @@ impl Cli {
 const AFTER_HELP: &str = "DURATION is a number with a unit: 250ms, 10s, 2m, 1h (a bare number \
 means seconds).\n\nExit codes: 0 done; 1 the lock was not in the state asked for (nothing to \
 free, not acquired in time, lease lost); 2 bad arguments (a bad URL, name or duration); 3 Redis \
-unreachable or refusing; 4 not confirmed; 5 the name is not a lock; 130 interrupted while \
-holding.\n\nThe global options (--url, --prefix, --json) go before or after the command's name: \
+unreachable or refusing; 4 not confirmed; 5 the name is not what the command applies to \
+(not a lock; not a semaphore or latch); 130 interrupted while holding.\n\nThe global options (--url, --prefix, --json) go before or after the command's name: \
 see `redisson-lock --help`.";
 
 #[derive(Subcommand, Debug)]
@@ -136,6 +141,60 @@ pub(crate) enum Command {
         #[command(flatten)]
         late: Late,
     },
+    /// Give permits back to a semaphore, as a release does (its waiters, of both languages,
+    /// wake): for permits a killed process held. Asks first unless --yes.
+    #[command(after_help = AFTER_HELP)]
+    GiveBack {
+        /// The semaphore's name.
+        name: String,
+        /// How many permits, 1 or more.
+        #[arg(value_parser = clap::value_parser!(i64).range(1..))]
+        permits: i64,
+        #[command(flatten)]
+        repair: RepairArgs,
+    },
+    /// Change a semaphore's free permits by DELTA, which may be negative, as `addPermits`
+    /// does (its waiters wake). Asks first unless --yes.
+    #[command(after_help = AFTER_HELP)]
+    AddPermits {
+        /// The semaphore's name.
+        name: String,
+        /// How many permits to add (or, negative, to take away).
+        #[arg(allow_hyphen_values = true)]
+        delta: i64,
+        #[command(flatten)]
+        repair: RepairArgs,
+    },
+    /// Make a semaphore's free permits PERMITS: the difference from what it has now is
+    /// added, as `addPermits` does. Asks first unless --yes.
+    #[command(after_help = AFTER_HELP)]
+    SetPermits {
+        /// The semaphore's name.
+        name: String,
+        /// The free permits it is to have, 0 or more.
+        #[arg(value_parser = clap::value_parser!(i64).range(0..))]
+        permits: i64,
+        #[command(flatten)]
+        repair: RepairArgs,
+    },
+    /// Count a count-down latch down by one, as `countDown` does (at 0 its waiters open).
+    /// Asks first unless --yes.
+    #[command(after_help = AFTER_HELP)]
+    CountDown {
+        /// The latch's name.
+        name: String,
+        #[command(flatten)]
+        repair: RepairArgs,
+    },
+    /// Delete a semaphore, a permit-expirable semaphore (its leases too) or a count-down
+    /// latch, as their `delete` does. Asks first unless --yes.
+    #[command(after_help = AFTER_HELP)]
+    Delete {
+        /// The name.
+        name: String,
+        #[command(flatten)]
+        repair: RepairArgs,
+    },
     /// Take a lock and hold it, for drills and for testing a service.
     #[command(after_help = AFTER_HELP)]
     Hold {
@@ -156,6 +215,19 @@ pub(crate) enum Command {
         #[command(flatten)]
         late: Late,
     },
+}
+
+/// What every repair of a semaphore or latch takes.
+#[derive(clap::Args, Debug)]
+pub(crate) struct RepairArgs {
+    /// What the name is; by default told from the data and from whose waiters listen.
+    #[arg(long, value_enum, default_value_t = Object::Auto)]
+    pub(crate) kind: Object,
+    /// Do not ask.
+    #[arg(long, short)]
+    pub(crate) yes: bool,
+    #[command(flatten)]
+    pub(crate) late: Late,
 }
 
 /// What `inspect` and `watch` take a name for.

@@ -1,10 +1,12 @@
-//! `redisson-lock`: look at, free, follow and take Redisson locks from a shell, and look at
-//! and follow semaphores and count-down latches, whichever side (Java or Rust) uses them.
+//! `redisson-lock`: look at, free, follow and take Redisson locks from a shell, and look at,
+//! follow and repair semaphores and count-down latches, whichever side (Java or Rust) uses
+//! them.
 //! `redisson-lock --help` lists the commands (their arguments are in `args.rs`); the exit
 //! codes are in [`Exit`] and in `docs/operations.md`.
 
 mod args;
 mod hold;
+mod repair;
 mod show;
 mod synchronizer;
 mod watch;
@@ -16,6 +18,7 @@ use args::{arguments, Command};
 pub(crate) use args::{Cli, Kind, Object};
 use redisson_lock::inspect::HoldMode;
 use redisson_lock::{Error, LockClient};
+use repair::Repair;
 use serde_json::json;
 
 /// Why the tool stops; the process's exit code.
@@ -147,6 +150,47 @@ async fn run(cli: &Cli, client: &LockClient) -> Outcome {
             Ok(Exit::Done)
         }
         Command::ForceUnlock { name, yes, .. } => force_unlock(cli, client, name, *yes).await,
+        Command::GiveBack {
+            name,
+            permits,
+            repair: args,
+        } => {
+            repair::repair(
+                cli,
+                client,
+                name,
+                args.kind,
+                Repair::GiveBack(*permits),
+                args.yes,
+            )
+            .await
+        }
+        Command::AddPermits {
+            name,
+            delta,
+            repair: args,
+        } => repair::repair(cli, client, name, args.kind, Repair::Add(*delta), args.yes).await,
+        Command::SetPermits {
+            name,
+            permits,
+            repair: args,
+        } => {
+            repair::repair(
+                cli,
+                client,
+                name,
+                args.kind,
+                Repair::Set(*permits),
+                args.yes,
+            )
+            .await
+        }
+        Command::CountDown { name, repair: args } => {
+            repair::repair(cli, client, name, args.kind, Repair::CountDown, args.yes).await
+        }
+        Command::Delete { name, repair: args } => {
+            repair::repair(cli, client, name, args.kind, Repair::Delete, args.yes).await
+        }
         Command::Watch {
             name,
             kind,
@@ -185,7 +229,7 @@ pub(crate) async fn clients(client: &LockClient) -> show::Clients {
 }
 
 /// Asks `question` on the terminal; only `y` or `yes` agrees.
-fn confirmed(question: &str) -> bool {
+pub(crate) fn confirmed(question: &str) -> bool {
     eprint!("{question} [y/N] ");
     let _ = std::io::stderr().flush();
     let mut answer = String::new();

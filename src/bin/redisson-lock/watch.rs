@@ -8,7 +8,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use redisson_lock::fred::clients::SubscriberClient;
 use redisson_lock::fred::interfaces::{ClientLike, EventInterface, PubsubInterface};
-use redisson_lock::fred::types::config::Config;
+use redisson_lock::fred::types::config::{Config, ReconnectPolicy};
 use redisson_lock::fred::types::Builder;
 use redisson_lock::inspect::{LockState, Side};
 use redisson_lock::LockClient;
@@ -136,10 +136,15 @@ async fn listen(url: &str) -> Result<SubscriberClient, Failure> {
     let redis_error =
         |e: redisson_lock::fred::error::Error| Failure(Exit::RedisError, e.to_string());
     let config = Config::from_url(url).map_err(redis_error)?;
+    // Reconnected and subscribed again whenever its connection drops (a restart; behind
+    // Sentinel, the old master closing its clients as it is demoted): a subscriber without
+    // a reconnect policy would go silent for good.
     let subscriber = Builder::from_config(config)
+        .set_policy(ReconnectPolicy::new_exponential(0, 50, 1_000, 2))
         .build_subscriber_client()
         .map_err(redis_error)?;
     subscriber.init().await.map_err(redis_error)?;
+    subscriber.manage_subscriptions();
     Ok(subscriber)
 }
 
