@@ -285,6 +285,8 @@ pub(crate) fn is_transient(error: &RedisError) -> bool {
             .iter()
             .any(|prefix| words.starts_with(prefix))
                 || details.contains("Too many failed write attempts")
+                // A WAIT sent to a master demoted meanwhile: a failover is under way.
+                || details.contains("WAIT cannot be used with replica")
                 // A redirection not followed, or keys split by a migration: it did not run.
                 || is_redirected(error)
                 || is_try_again(error)
@@ -410,6 +412,13 @@ mod tests {
         );
         assert!(is_noscript(&noscript));
         assert!(!is_transient(&noscript));
+        // A WAIT met by a failover: on a master being demoted, or one demoted already.
+        for failover in [
+            "UNBLOCKED force unblock from blocking operation, instance state changed (master -> replica?)",
+            "ERR WAIT cannot be used with replica instances. Please also note that ...",
+        ] {
+            assert!(is_transient(&RedisError::new(ErrorKind::Unknown, failover)), "{failover}");
+        }
 
         let wrong = RedisError::new(
             ErrorKind::InvalidArgument,
