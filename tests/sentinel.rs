@@ -113,24 +113,6 @@ enum Cut {
     Paused,
 }
 
-/// The server's process id.
-fn pid(server: &RedisServer) -> String {
-    let info = server.command(&["INFO", "server"]);
-    let pid = info
-        .lines()
-        .find_map(|line| line.strip_prefix("process_id:"));
-    pid.unwrap().trim().to_string()
-}
-
-/// Sends `signal` (`STOP`, `CONT`) to process `pid`.
-fn signal(pid: &str, signal: &str) {
-    let status = std::process::Command::new("kill")
-        .args([&format!("-{signal}"), pid])
-        .status()
-        .unwrap();
-    assert!(status.success(), "kill -{signal} {pid}");
-}
-
 /// A client holds a lock through the Sentinels, `cut` cuts it off from them, and the
 /// Sentinels fail the master over. The holder must follow the new master: its hold lives on
 /// there, and a second client trying all along on the new master never takes the lock while
@@ -206,14 +188,11 @@ async fn holder_follows_a_failover_after(cut: Cut, least_privilege: bool) {
             None
         }
         Cut::Paused => {
-            let paused = pid(&setup.sentinels[1]);
-            signal(&paused, "STOP");
-            Some((1, paused))
+            setup.sentinels[1].signal("STOP");
+            Some(1)
         }
     });
-    let paused_sentinel = paused.as_ref().map(|(n, _)| *n);
-    let (old_master, new_master) =
-        tokio::task::block_in_place(|| setup.begin_failover(paused_sentinel));
+    let (old_master, new_master) = tokio::task::block_in_place(|| setup.begin_failover(paused));
     // A renewal reaches the new master (the hold's TTL there goes up) while the old master
     // still takes writes: the Sentinels demote it only after it has gone on reporting itself
     // a master for 8 s, and a holder that renews there meanwhile may lose its hold to the
@@ -255,8 +234,8 @@ async fn holder_follows_a_failover_after(cut: Cut, least_privilege: bool) {
     );
     let guard = std::sync::Arc::into_inner(guard).unwrap();
     guard.unlock().await.unwrap();
-    if let Some((_, paused)) = paused {
-        signal(&paused, "CONT");
+    if let Some(paused) = paused {
+        setup.sentinels[paused].signal("CONT");
     }
 }
 

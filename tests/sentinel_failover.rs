@@ -311,27 +311,12 @@ fn fail_over(setup: &mut SentinelSetup, old: u16, fault: Fault) -> u16 {
             new
         }
         Fault::Paused => {
-            let pid = process_id(setup.server(old));
-            signal(&pid, "STOP");
+            setup.server(old).signal("STOP");
             let new = promoted(setup);
-            signal(&pid, "CONT");
+            setup.server(old).signal("CONT");
             new
         }
     }
-}
-
-fn process_id(server: &RedisServer) -> String {
-    let info = server.command(&["INFO", "server"]);
-    let pid = info.lines().find_map(|l| l.strip_prefix("process_id:"));
-    pid.unwrap().trim().to_string()
-}
-
-fn signal(pid: &str, signal: &str) {
-    let status = std::process::Command::new("kill")
-        .args([&format!("-{signal}"), pid])
-        .status()
-        .unwrap();
-    assert!(status.success(), "kill -{signal} {pid}");
 }
 
 /// Runs `rounds` on a master with `replicas` replicas and prints what they measured.

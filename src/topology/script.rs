@@ -22,7 +22,7 @@ use crate::base::keys::Str;
 use crate::topology::redirect::{
     is_redirected, is_try_again, send_asking, slot_view, slot_view_of, MAX_REDIRECTIONS,
 };
-use crate::topology::sentinel::NamedMaster;
+use crate::topology::sentinel::{self, NamedMaster};
 
 pub(crate) type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
 
@@ -173,19 +173,14 @@ impl ScriptRunner {
         let mut send = self.sender(call, None);
         let named = self.named.clone();
         async move {
-            if let Some(astray) = named.as_ref().and_then(|named| named.astray()) {
-                return Err(astray);
-            }
+            sentinel::checked(&named, Ok(()))?;
             let reply = send.once().await;
             let reply = if is_final(&reply) {
                 reply
             } else {
                 Box::pin(send.settle(reply)).await
             };
-            match named.as_ref().and_then(|named| named.astray()) {
-                Some(astray) => Err(astray),
-                None => reply.map_err(|error| send.call.explain(error)),
-            }
+            sentinel::checked(&named, reply).map_err(|error| send.call.explain(error))
         }
     }
 
@@ -202,11 +197,12 @@ impl ScriptRunner {
         let mut send = self.sender(call, node);
         let named = self.named.clone();
         Box::pin(async move {
-            if let Some(astray) = named.as_ref().and_then(|named| named.astray()) {
+            if let Err(astray) = sentinel::checked(&named, Ok(())) {
+                let node = send.node;
                 return Followed {
                     reply: Err(astray),
                     behind: None,
-                    node: send.node,
+                    node,
                 };
             }
             let (reply, followed) = {
@@ -225,10 +221,7 @@ impl ScriptRunner {
                 reply if !is_final(&reply) => (Box::pin(send.settle(reply)).await, None),
                 reply => (reply, Some(followed)),
             };
-            let reply = match named.as_ref().and_then(|named| named.astray()) {
-                Some(astray) => Err(astray),
-                None => reply,
-            };
+            let reply = sentinel::checked(&named, reply);
             Followed {
                 reply: reply.map_err(|error| send.call.explain(error)),
                 behind,

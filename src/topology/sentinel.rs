@@ -123,6 +123,18 @@ impl NamedMaster {
     }
 }
 
+/// `reply`, unless the gate `named` (behind Sentinel) finds the command connection astray
+/// (see [`NamedMaster::astray`]): then why.
+pub(crate) fn checked<T>(
+    named: &Option<Arc<NamedMaster>>,
+    reply: Result<T, RedisError>,
+) -> Result<T, RedisError> {
+    match named.as_ref().and_then(|named| named.astray()) {
+        Some(astray) => Err(astray),
+        None => reply,
+    }
+}
+
 /// Starts the watcher when `redis` is configured through Sentinels (`named` is then its
 /// gate); it ends with `shutdown`. `command_timeout` bounds each question to a Sentinel and
 /// each reconnection. After each move to another master, `renew_now` has the watchdog renew

@@ -120,6 +120,21 @@ impl RedisServer {
         &self.dir
     }
 
+    /// Sends `signal` (`STOP`, `CONT`) to the server's process.
+    pub fn signal(&self, signal: &str) {
+        let pid = self
+            .child
+            .as_ref()
+            .expect("the server runs")
+            .id()
+            .to_string();
+        let status = std::process::Command::new("kill")
+            .args([&format!("-{signal}"), &pid])
+            .status()
+            .unwrap();
+        assert!(status.success(), "kill -{signal} {pid}");
+    }
+
     /// SIGKILLs the server and reaps it. Does nothing if it is not running.
     pub fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {

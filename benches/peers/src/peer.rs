@@ -100,7 +100,9 @@ impl Peer {
 
     pub async fn close(self) {
         match self {
-            Peer::Ours(client) => client.shutdown().await,
+            Peer::Ours(client) => {
+                client.shutdown().await;
+            }
             Peer::Rlock(rlock) => rlock.shutdown().await,
             _ => {}
         }
