@@ -338,10 +338,10 @@ pub(crate) fn is_wrong_type(error: &RedisError) -> bool {
 /// `error`, naming the script `script` and its `keys` when the server refused the script as
 /// a whole because this user may not use one of its keys: the server does not say which.
 pub(crate) fn refused_keys(error: RedisError, script: &str, keys: Vec<String>) -> RedisError {
-    if !error
-        .details()
-        .contains("no permissions to access one of the keys")
-    {
+    // Redis: "NOPERM this user has no permissions to access one of the keys used as
+    // arguments"; Valkey: "NOPERM No permissions to access a key".
+    let words = error.details().to_ascii_lowercase();
+    if !(words.starts_with("noperm") && words.contains("permissions to access")) {
         return error;
     }
     let details = format!(
@@ -412,6 +412,20 @@ mod tests {
         );
         assert!(is_noscript(&noscript));
         assert!(!is_transient(&noscript));
+        for refused in [
+            "NOPERM this user has no permissions to access one of the keys used as arguments",
+            "NOPERM No permissions to access a key",
+        ] {
+            let named = refused_keys(
+                RedisError::new(ErrorKind::Unknown, refused),
+                "semaphore_set",
+                vec!["jobs".into()],
+            );
+            assert!(
+                named.details().contains("semaphore_set script"),
+                "{refused}"
+            );
+        }
         // A WAIT met by a failover: on a master being demoted, or one demoted already.
         for failover in [
             "UNBLOCKED force unblock from blocking operation, instance state changed (master -> replica?)",
