@@ -284,6 +284,21 @@ fn parse_duration(text: &str) -> Result<Duration, String> {
     Duration::try_from_secs_f64(seconds).map_err(|e| e.to_string())
 }
 
+/// A duration as the tool shows it: `250 ms`, `12.5 s`, `3.0 min`, `2.0 h`, or that it never
+/// expires.
+pub(crate) fn human_duration(duration: Duration) -> String {
+    if duration == Duration::MAX {
+        return "never expires".into();
+    }
+    let secs = duration.as_secs_f64();
+    match secs {
+        s if s < 1.0 => format!("{} ms", duration.as_millis()),
+        s if s < 120.0 => format!("{s:.1} s"),
+        s if s < 7200.0 => format!("{:.1} min", s / 60.0),
+        s => format!("{:.1} h", s / 3600.0),
+    }
+}
+
 /// [`parse_duration`], refusing zero: a period or a lease must last.
 fn parse_period(text: &str) -> Result<Duration, String> {
     if text.starts_with('-') {

@@ -7,6 +7,7 @@ use redisson_lock::inspect::{FoundLocks, HoldMode, Holder, LockState, Side};
 use redisson_lock::{LockOwner, Uuid};
 use serde_json::{json, Value};
 
+use crate::args::human_duration;
 use crate::synchronizer::{self, What};
 
 /// What the tool knows of the connected clients of this crate: by client id with their
@@ -135,19 +136,6 @@ pub(crate) fn state_json(state: &LockState, clients: &Clients, what: What) -> Va
     });
     synchronizer::json_fields(state, what, &mut value);
     value
-}
-
-pub(crate) fn human_duration(duration: Duration) -> String {
-    if duration == Duration::MAX {
-        return "never expires".into();
-    }
-    let secs = duration.as_secs_f64();
-    match secs {
-        s if s < 1.0 => format!("{} ms", duration.as_millis()),
-        s if s < 120.0 => format!("{s:.1} s"),
-        s if s < 7200.0 => format!("{:.1} min", s / 60.0),
-        s => format!("{:.1} h", s / 3600.0),
-    }
 }
 
 /// Who an owner is, in words: never a guess about its language, nor about its liveness.

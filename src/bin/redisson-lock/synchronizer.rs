@@ -8,6 +8,7 @@ use std::time::SystemTime;
 use redisson_lock::inspect::{HoldMode, LockState};
 use serde_json::{json, Value};
 
+use crate::args::human_duration;
 use crate::Object;
 
 /// The start of a semaphore's channel (`redisson_sc:{name}`), either kind of semaphore.
@@ -172,7 +173,7 @@ pub(crate) fn print(state: &LockState, what: What, ttl: Option<String>) {
             let expiry = match permit.expires {
                 None => "no lease: taken until released".to_owned(),
                 Some(at) => match at.duration_since(now) {
-                    Ok(left) => format!("lease ends in {}", crate::show::human_duration(left)),
+                    Ok(left) => format!("lease ends in {}", human_duration(left)),
                     Err(_) => "lease ended: back in the pool at the next acquire or count".into(),
                 },
             };
