@@ -17,9 +17,8 @@
 --
 -- Reply: 1 when they were given back, 0 when one was missing or expired: nothing written.
 local done = {unpack(KEYS, 5)}
-local ran, reply = ran_before(KEYS[4])
+local ran, reply = replayed(KEYS[4], done)
 if ran then
-    forget(done)
     return reply
 end
 local needs = 'releasing permits'

@@ -14,9 +14,8 @@
 -- Reply: the count left (0 when the latch is open, or was missing). A copy sent again
 -- answers as the first did.
 local done = {unpack(KEYS, 4)}
-local ran, reply = ran_before(KEYS[3])
+local ran, reply = replayed(KEYS[3], done)
 if ran then
-    forget(done)
     return reply
 end
 local count = count_of(KEYS[1])

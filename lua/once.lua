@@ -42,3 +42,13 @@ local function forget(done)
         redis.call('del', unpack(done))
     end
 end
+
+-- Whether the write with record `record` ran before: then the answered records `done` are
+-- deleted, and its reply then comes too (`true, reply`); else `false`, nothing written.
+local function replayed(record, done)
+    local ran, reply = ran_before(record)
+    if ran then
+        forget(done)
+    end
+    return ran, reply
+end

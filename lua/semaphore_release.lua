@@ -15,9 +15,8 @@
 -- Reply: the free permits after the release; nil when ARGV[4] is '1' and there is no
 -- counter (nothing changed, no one told). A copy sent again answers as the first did.
 local done = {unpack(KEYS, 4)}
-local ran, reply = ran_before(KEYS[3])
+local ran, reply = replayed(KEYS[3], done)
 if ran then
-    forget(done)
     return reply
 end
 local needs = 'releasing permits'

@@ -151,45 +151,18 @@ async fn run(cli: &Cli, client: &LockClient) -> Outcome {
         }
         Command::ForceUnlock { name, yes, .. } => force_unlock(cli, client, name, *yes).await,
         Command::GiveBack {
-            name,
-            permits,
-            repair: args,
-        } => {
-            repair::repair(
-                cli,
-                client,
-                name,
-                args.kind,
-                Repair::GiveBack(*permits),
-                args.yes,
-            )
-            .await
+            name, repair: args, ..
         }
-        Command::AddPermits {
-            name,
-            delta,
-            repair: args,
-        } => repair::repair(cli, client, name, args.kind, Repair::Add(*delta), args.yes).await,
-        Command::SetPermits {
-            name,
-            permits,
-            repair: args,
-        } => {
-            repair::repair(
-                cli,
-                client,
-                name,
-                args.kind,
-                Repair::Set(*permits),
-                args.yes,
-            )
-            .await
+        | Command::AddPermits {
+            name, repair: args, ..
         }
-        Command::CountDown { name, repair: args } => {
-            repair::repair(cli, client, name, args.kind, Repair::CountDown, args.yes).await
+        | Command::SetPermits {
+            name, repair: args, ..
         }
-        Command::Delete { name, repair: args } => {
-            repair::repair(cli, client, name, args.kind, Repair::Delete, args.yes).await
+        | Command::CountDown { name, repair: args }
+        | Command::Delete { name, repair: args } => {
+            let asked = Repair::asked(&cli.command);
+            repair::repair(cli, client, name, args.kind, asked, args.yes).await
         }
         Command::Watch {
             name,

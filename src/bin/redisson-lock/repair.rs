@@ -9,6 +9,7 @@ use redisson_lock::inspect::{HoldMode, LockState};
 use redisson_lock::LockClient;
 use serde_json::json;
 
+use crate::args::Command;
 use crate::synchronizer::{self, What};
 use crate::{clients, confirmed, show, Cli, Exit, Failure, Object, Outcome};
 
@@ -28,6 +29,17 @@ pub(crate) enum Repair {
 }
 
 impl Repair {
+    /// The repair `command` asks for (a repair command's).
+    pub(crate) fn asked(command: &Command) -> Repair {
+        match command {
+            Command::GiveBack { permits, .. } => Repair::GiveBack(*permits),
+            Command::AddPermits { delta, .. } => Repair::Add(*delta),
+            Command::SetPermits { permits, .. } => Repair::Set(*permits),
+            Command::CountDown { .. } => Repair::CountDown,
+            _ => Repair::Delete,
+        }
+    }
+
     fn name(self) -> &'static str {
         match self {
             Repair::GiveBack(_) => "give_back",
