@@ -3,7 +3,9 @@
 
 mod support;
 
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Write};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use redisson_lock::{Error, LockClient};
@@ -27,6 +29,74 @@ async fn scripts_are_reloaded_after_script_flush() {
     assert!(!guard.is_lease_lost());
     assert!(lock.is_held_by(&me).await.unwrap());
     guard.unlock().await.unwrap();
+}
+
+/// A server that loses a script again between its load and its resend (a failover to a
+/// replica that never had it, another flush) costs no call: the script is loaded again.
+/// Releases met by that must happen, or a semaphore loses its permits for good.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scripts_lost_again_right_after_their_load_are_loaded_again() {
+    let server = RedisServer::start();
+    let c = client(&server).await;
+    let (sem, lock) = (
+        c.semaphore("reflushed-sem").unwrap(),
+        c.lock("reflushed").unwrap(),
+    );
+    assert!(sem.try_set_permits(2).await.unwrap());
+    let flushing = Arc::new(AtomicBool::new(true));
+    let flusher = {
+        let (flushing, port) = (flushing.clone(), server.port());
+        std::thread::spawn(move || flush_scripts_until_told(port, &flushing))
+    };
+    let mut tasks = tokio::task::JoinSet::new();
+    for _ in 0..2 {
+        let sem = sem.clone();
+        tasks.spawn(async move {
+            for _ in 0..150 {
+                sem.acquire(1).await?;
+                sem.release(1).await?;
+            }
+            Ok::<_, Error>(())
+        });
+        let (lock, me) = (lock.clone(), c.new_owner());
+        tasks.spawn(async move {
+            for _ in 0..150 {
+                lock.lock(&me).await?.unlock().await?;
+            }
+            Ok(())
+        });
+    }
+    let mut failed = Vec::new();
+    while let Some(task) = within(60 * SECOND, "the calls", tasks.join_next()).await {
+        failed.extend(task.unwrap().err().map(|error| error.to_string()));
+    }
+    flushing.store(false, Ordering::Relaxed);
+    let flushes = flusher.join().unwrap();
+    assert!(failed.is_empty(), "after {flushes} flushes: {failed:#?}");
+    assert_eq!(sem.available_permits().await.unwrap(), 2);
+    assert!(!lock.is_locked().await.unwrap());
+    // The flushes met the calls: their scripts were loaded again and again.
+    let loads = command_calls(&server, "script|load");
+    assert!(loads > 100, "{loads} loads in {flushes} flushes");
+}
+
+/// Sends `SCRIPT FLUSH` on one connection to `port`, about every millisecond, until `flushing`
+/// is false; how many were sent.
+fn flush_scripts_until_told(port: u16, flushing: &AtomicBool) -> u64 {
+    let stream = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let mut replies = BufReader::new(stream.try_clone().unwrap());
+    let mut flushes = 0;
+    while flushing.load(Ordering::Relaxed) {
+        (&stream)
+            .write_all(b"*2\r\n$6\r\nSCRIPT\r\n$5\r\nFLUSH\r\n")
+            .unwrap();
+        let mut reply = String::new();
+        replies.read_line(&mut reply).unwrap();
+        assert_eq!(reply, "+OK\r\n");
+        flushes += 1;
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    flushes
 }
 
 #[tokio::test]

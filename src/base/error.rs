@@ -290,6 +290,8 @@ pub(crate) fn is_transient(error: &RedisError) -> bool {
                 // A redirection not followed, or keys split by a migration: it did not run.
                 || is_redirected(error)
                 || is_try_again(error)
+                // A script the server kept losing for a whole command timeout: it did not run.
+                || is_noscript(error)
                 || details.contains("Connection closed")
                 // fred between a dropped connection and its replacement.
                 || details.contains("Failed to route command")
@@ -411,7 +413,7 @@ mod tests {
             "NOSCRIPT No matching script. Please use EVAL.",
         );
         assert!(is_noscript(&noscript));
-        assert!(!is_transient(&noscript));
+        assert!(is_transient(&noscript), "it proves the script did not run");
         for refused in [
             "NOPERM this user has no permissions to access one of the keys used as arguments",
             "NOPERM No permissions to access a key",

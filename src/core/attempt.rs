@@ -9,8 +9,9 @@ use std::time::Duration;
 use fred::types::Value;
 
 use crate::base::background::spawn_or;
+use crate::base::boxed::BoxFuture;
 use crate::base::error::{Error, Result};
-use crate::topology::script::{BoxFuture, Script};
+use crate::topology::script::Script;
 
 /// The outcome of one acquire script.
 pub(crate) enum Attempt<T> {

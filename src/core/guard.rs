@@ -12,6 +12,7 @@ use tokio::time::Instant;
 use std::fmt;
 
 use crate::base::background::spawn_or;
+use crate::base::boxed::{boxed_in_place, BoxFuture};
 use crate::base::error::{Error, Result};
 use crate::base::observe;
 use crate::base::owner::LockOwner;
@@ -22,7 +23,6 @@ use crate::core::protocol::Target;
 use crate::core::release::{release_settled, By, Released};
 use crate::engine::watchdog::{HoldKey, Leaving, Ticket, Watchdog};
 use crate::engine::Engine;
-use crate::topology::script::{boxed_in_place, BoxFuture};
 
 /// One guard's part in its hold: its entry in the client's registry of holds (renewed by
 /// the watchdog, or with a fixed lease), and the news that the hold is lost. The guard

@@ -12,6 +12,7 @@ use fred::types::Value;
 use tokio::time::Instant;
 use tracing::Instrument;
 
+use crate::base::boxed::boxed_in_place;
 use crate::base::error::{map_redis_error, Error, Result};
 use crate::base::keys::LockKeys;
 use crate::base::observe::{self, Since};
@@ -26,7 +27,6 @@ use crate::core::protocol::{Answer, OnTheWire, Place, Protocol, Target};
 use crate::core::release::{release, release_settled, replicated, By, Released};
 use crate::core::wait::{self, Wait, WaitStrategy, Wake};
 use crate::engine::Engine;
-use crate::topology::script::boxed_in_place;
 
 /// One lock of one kind, with the lease and wait strategy of the holds it takes. Cheap to
 /// clone; every public handle wraps one (two for the read-write lock).

@@ -16,6 +16,7 @@ use parking_lot::Mutex;
 use tokio::sync::{OwnedRwLockReadGuard, RwLock};
 
 use crate::base::backoff::Pace;
+use crate::base::boxed::BoxFuture;
 use crate::base::error::{map_redis_error, Error, Result};
 use crate::base::keys::{LockKeys, Str};
 use crate::base::owner::LockOwner;
@@ -24,7 +25,7 @@ use crate::core::wait::{Wait, WaitStrategy};
 use crate::engine::watchdog::{HoldKey, Renew};
 use crate::engine::Engine;
 use crate::topology::pubsub::{unlock_messages, Messages};
-use crate::topology::script::{static_arg, BoxFuture, Call, Script};
+use crate::topology::script::{static_arg, Call, Script};
 
 /// What an acquire attempt got: the script's `reply`, with what it was sent for, which
 /// errors name.

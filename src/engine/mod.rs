@@ -30,7 +30,8 @@ use crate::engine::watchdog::Watchdog;
 use crate::topology::link::Link;
 use crate::topology::pubsub::{Choice, PubSub};
 use crate::topology::replicas::{Confirmation, Replicas};
-use crate::topology::script::{Call, ScriptRunner};
+use crate::topology::runner::ScriptRunner;
+use crate::topology::script::Call;
 use crate::topology::sentinel::{self, NamedMaster};
 
 /// The shortest time a master that counted replicas and counts none still has its writes

@@ -11,8 +11,8 @@ use parking_lot::Mutex;
 use tokio::sync::Notify;
 use tokio::task::JoinSet;
 
+use crate::base::boxed::BoxFuture;
 use crate::base::error::{Error, Result};
-use crate::topology::script::BoxFuture;
 
 /// Gives a guard's permits back.
 pub(crate) type GiveBack = Box<dyn FnOnce() -> BoxFuture<Result<()>> + Send>;

@@ -13,6 +13,7 @@ use fred::types::Value;
 
 use crate::base::background::spawn_or;
 use crate::base::backoff::{queue_exit_pause, Pace};
+use crate::base::boxed::BoxFuture;
 use crate::base::error::Error;
 use crate::base::keys::Str;
 use crate::base::keys::{LockKeys, UNLOCK_MESSAGE};
@@ -28,8 +29,7 @@ use crate::locks::exclusive::ExclusiveLock;
 #[cfg(doc)]
 use crate::locks::lock::Lock;
 use crate::topology::script::{
-    static_arg, BoxFuture, Call, Script, FAIR_ACQUIRE, FAIR_ACQUIRE_FAILED, FAIR_FORCE_RELEASE,
-    FAIR_RELEASE,
+    static_arg, Call, Script, FAIR_ACQUIRE, FAIR_ACQUIRE_FAILED, FAIR_FORCE_RELEASE, FAIR_RELEASE,
 };
 
 /// A reentrant distributed lock granted in order of arrival: FIFO, with a per-waiter

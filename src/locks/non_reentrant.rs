@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use fred::types::Value;
 
+use crate::base::boxed::BoxFuture;
 use crate::base::error::{Error, Result};
 use crate::base::keys::Str;
 use crate::base::keys::{LockKeys, NON_REENTRANT_REACQUIRE};
@@ -23,7 +24,7 @@ use crate::locks::fair_lock::Fair;
 #[cfg(doc)]
 use crate::locks::lock::Lock;
 use crate::locks::lock::Reentrant;
-use crate::topology::script::{BoxFuture, Call};
+use crate::topology::script::Call;
 
 /// A distributed lock that an owner can hold only once: taking it again while holding it
 /// fails at once with [`Error::WouldDeadlock`], instead of re-entering. Shared with Java's

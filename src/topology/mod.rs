@@ -7,6 +7,7 @@ pub(crate) mod link;
 pub(crate) mod pubsub;
 pub(crate) mod redirect;
 pub(crate) mod replicas;
+pub(crate) mod runner;
 pub(crate) mod script;
 pub(crate) mod sentinel;
 pub(crate) mod url;

@@ -14,7 +14,8 @@ use crate::base::backoff::renewal_retry;
 use crate::base::keys::Str;
 use crate::base::observe;
 use crate::base::time::{lease_end, millis};
-use crate::topology::script::{Call, ScriptRunner, READ_RENEW_BATCH, RENEW_BATCH};
+use crate::topology::runner::ScriptRunner;
+use crate::topology::script::{Call, READ_RENEW_BATCH, RENEW_BATCH};
 
 /// At most this many plain holds are renewed by one script. Redis runs nothing else while a
 /// script runs, so this bounds how long other commands wait behind one: a plain hold costs

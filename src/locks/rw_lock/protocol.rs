@@ -5,6 +5,7 @@ use std::sync::Arc;
 use fred::interfaces::HashesInterface;
 use fred::types::Value;
 
+use crate::base::boxed::BoxFuture;
 use crate::base::error::{Error, Result};
 use crate::base::keys::{
     self, LockKeys, Str, MODE_FIELD, READ_MODE, READ_UNLOCK_MESSAGE, UNLOCK_MESSAGE, WRITE_MODE,
@@ -15,8 +16,8 @@ use crate::core::protocol::{read_reply, Answer, Protocol, Target};
 use crate::core::wait::Wait;
 use crate::engine::watchdog::Renew;
 use crate::topology::script::{
-    static_arg, BoxFuture, Call, READ_ACQUIRE, READ_LOCKED, READ_RELEASE, RW_FORCE_RELEASE,
-    WRITE_ACQUIRE, WRITE_RELEASE,
+    static_arg, Call, READ_ACQUIRE, READ_LOCKED, READ_RELEASE, RW_FORCE_RELEASE, WRITE_ACQUIRE,
+    WRITE_RELEASE,
 };
 
 /// The write acquire's reply when the owner holds only read holds (see

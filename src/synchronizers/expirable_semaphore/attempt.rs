@@ -6,13 +6,14 @@ use std::time::Duration;
 
 use fred::types::Value;
 
+use crate::base::boxed::boxed_in_place;
 use crate::base::error::{map_redis_error, Error, Result};
 use crate::base::keys::{self, Str};
 use crate::base::time::{epoch_millis, millis};
 use crate::core::attempt::{Attempt, InFlight};
 use crate::core::guard::release_in_background;
 use crate::synchronizers::counter::RECORD_KEPT;
-use crate::topology::script::{boxed_in_place, Call, EXPIRABLE_ACQUIRE, EXPIRABLE_UNDO};
+use crate::topology::script::{Call, EXPIRABLE_ACQUIRE, EXPIRABLE_UNDO};
 
 use super::{Inner, PermitId, NEVER};
 

@@ -6,12 +6,13 @@ use std::time::Duration;
 
 use fred::types::Value;
 
+use crate::base::boxed::boxed_in_place;
 use crate::base::error::{map_redis_error, Error, Result};
 use crate::base::keys::{self, Str};
 use crate::core::attempt::{Attempt, InFlight};
 use crate::core::guard::release_in_background;
 use crate::synchronizers::counter::RECORD_KEPT;
-use crate::topology::script::{boxed_in_place, Call, SEMAPHORE_ACQUIRE, SEMAPHORE_UNDO};
+use crate::topology::script::{Call, SEMAPHORE_ACQUIRE, SEMAPHORE_UNDO};
 
 use super::{Inner, RECHECK};
 

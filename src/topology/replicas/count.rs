@@ -15,7 +15,7 @@ use parking_lot::Mutex;
 use tokio::sync::broadcast::{self, error::TryRecvError};
 use tokio::time::Instant;
 
-use crate::topology::script::BoxFuture;
+use crate::base::boxed::BoxFuture;
 
 /// How long a master's replica count is trusted before INFO is asked again.
 const COUNT_TTL: Duration = Duration::from_secs(1);

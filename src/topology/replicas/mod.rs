@@ -22,8 +22,10 @@ use fred::types::Value;
 use parking_lot::Mutex;
 use tokio::sync::broadcast::{self, error::TryRecvError};
 
+use crate::base::boxed::BoxFuture;
 use crate::base::error::{map_redis_error, Error, Result};
-use crate::topology::script::{slot_of, BoxFuture, Call, ScriptRunner};
+use crate::topology::runner::ScriptRunner;
+use crate::topology::script::{slot_of, Call};
 use count::{Count, Counts};
 use waits::{Acknowledged, Request, Waits};
 
