@@ -157,7 +157,7 @@ fn semaphore_throughput(
                     let sem = sems[i % count].clone();
                     async move {
                         for _ in 0..n {
-                            sem.acquire(1).await.unwrap();
+                            sem.acquire_many(1).await.unwrap();
                             sem.release(1).await.unwrap();
                         }
                     }
@@ -254,7 +254,7 @@ fn report_wakeups(name: &str, wakeups: &[Duration], trips: &[Duration]) {
 
 /// One semaphore wake-up: A holds the only permit, B waits in `acquire`, A releases.
 async fn semaphore_wakeup_once(a: &Semaphore, b: &Semaphore, bare: &Bare) -> Duration {
-    a.acquire(1).await.unwrap();
+    a.acquire_many(1).await.unwrap();
     // B's client still listens to the channel a while after its last waiter left.
     let channel = format!("redisson_sc:{{{}}}", b.name());
     let (_, listening): (String, i64) = bare.redis.pubsub_numsub(channel).await.unwrap();
@@ -262,7 +262,7 @@ async fn semaphore_wakeup_once(a: &Semaphore, b: &Semaphore, bare: &Bare) -> Dur
     let (acquired_tx, acquired_rx) = oneshot::channel();
     let waiter = b.clone();
     let waiting = tokio::spawn(async move {
-        waiter.acquire(1).await.unwrap();
+        waiter.acquire_many(1).await.unwrap();
         acquired_tx.send(Instant::now()).unwrap();
         waiter.release(1).await.unwrap();
     });

@@ -103,6 +103,7 @@ impl LockClient {
     /// `{user:7}:cart`), since every key of the lock is then named with the name as it is
     /// (Redisson's rule); a name without `{` must not contain `}`. On a single server (and
     /// behind Sentinel) every name works, as with Java.
+    #[doc(alias = "getLock")]
     pub fn lock(&self, name: &str) -> Result<Lock> {
         Lock::new(self.engine.clone(), name)
     }
@@ -121,6 +122,7 @@ impl LockClient {
     /// Its counter is the key `name` (after the client's name prefix), shared with Java's
     /// `RSemaphore`; see [`Semaphore`]. Names are checked as for [`lock`](LockClient::lock).
     /// Do not give a lock, a latch or a permit-expirable semaphore the same name.
+    #[doc(alias = "getSemaphore")]
     pub fn semaphore(&self, name: &str) -> Result<Semaphore> {
         Semaphore::new(self.engine.clone(), name)
     }
@@ -135,6 +137,7 @@ impl LockClient {
     /// # Errors
     /// [`Error::InvalidArgument`] for an empty name, and on a cluster for a name with a `}`
     /// (its channel would fall in another slot than its key: see [`CountDownLatch`]).
+    #[doc(alias = "getCountDownLatch")]
     pub fn count_down_latch(&self, name: &str) -> Result<CountDownLatch> {
         CountDownLatch::new(self.engine.clone(), name)
     }
@@ -147,6 +150,7 @@ impl LockClient {
     /// [`PermitExpirableSemaphore`](crate::PermitExpirableSemaphore). Names are checked as
     /// for [`lock`](LockClient::lock). Do not give a lock, a latch or a
     /// [`semaphore`](LockClient::semaphore) the same name.
+    #[doc(alias = "getPermitExpirableSemaphore")]
     pub fn permit_expirable_semaphore(&self, name: &str) -> Result<PermitExpirableSemaphore> {
         PermitExpirableSemaphore::new(self.engine.clone(), name)
     }
@@ -157,6 +161,7 @@ impl LockClient {
     /// [`FairLock`]. Names are formed as for [`lock`](LockClient::lock). A fair lock and a
     /// reentrant lock of the same name share the same hold: do not mix the two kinds on one
     /// name, as the reentrant one ignores the queue.
+    #[doc(alias = "getFairLock")]
     pub fn fair_lock(&self, name: &str) -> Result<FairLock> {
         FairLock::new(self.engine.clone(), name)
     }
@@ -166,6 +171,7 @@ impl LockClient {
     /// Many readers or one writer, Java clients included; see [`ReadWriteLock`] for the
     /// policy. Names are formed as for [`lock`](LockClient::lock). Do not use the name for
     /// another kind of lock: the read-write lock keeps a `mode` field in the same hash.
+    #[doc(alias = "getReadWriteLock")]
     pub fn read_write_lock(&self, name: &str) -> Result<ReadWriteLock> {
         ReadWriteLock::new(self.engine.clone(), name)
     }
@@ -176,6 +182,7 @@ impl LockClient {
     /// before, that the protected resource can check; see [`FencedLock`]. Names are formed
     /// as for [`lock`](LockClient::lock); it shares its hold with a [`Lock`] of the same
     /// name.
+    #[doc(alias = "getFencedLock")]
     pub fn fenced_lock(&self, name: &str) -> Result<FencedLock> {
         FencedLock::new(self.engine.clone(), name)
     }
@@ -185,6 +192,7 @@ impl LockClient {
     /// A reentrant lock without pub/sub: waiters poll by a back-off and releases publish
     /// nothing; see [`SpinLock`]. Names are formed as for [`lock`](LockClient::lock); it
     /// shares its hold with a [`Lock`] of the same name.
+    #[doc(alias = "getSpinLock")]
     pub fn spin_lock(&self, name: &str) -> Result<SpinLock> {
         SpinLock::new(self.engine.clone(), name)
     }
@@ -211,6 +219,7 @@ impl LockClient {
     /// Several locks taken as one, all or nothing (Redisson's `getMultiLock`). The members
     /// may come from other `LockClient`s (other servers) and be of any exclusive kind; see
     /// [`MultiLock`]. No I/O.
+    #[doc(alias = "getMultiLock")]
     pub fn multi_lock(
         &self,
         members: impl IntoIterator<Item = impl Into<MultiMember>>,
@@ -220,6 +229,7 @@ impl LockClient {
 
     /// A majority of locks on independent servers (Redisson's deprecated `getRedLock`); see
     /// [`RedLock`] for why a [`FencedLock`] is usually the better choice. No I/O.
+    #[doc(alias = "getRedLock")]
     pub fn red_lock(
         &self,
         members: impl IntoIterator<Item = impl Into<MultiMember>>,

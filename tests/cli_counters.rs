@@ -56,8 +56,11 @@ async fn inspect_shows_a_semaphore_s_permits_and_its_waiters() {
 
     // A waiter of another client wants more than there are: it listens on the channel.
     let waiter = other.semaphore("cli:sem").unwrap();
-    let waiting =
-        tokio::spawn(async move { waiter.try_acquire_for(5, Duration::from_secs(60)).await });
+    let waiting = tokio::spawn(async move {
+        waiter
+            .try_acquire_many_for(5, Duration::from_secs(60))
+            .await
+    });
     subscribed(&server, channel).await;
     let (state, _) = tokio::task::block_in_place(|| run_json(&server, &["inspect", "cli:sem"]));
     assert_eq!(listeners(&state, channel), Some(1));

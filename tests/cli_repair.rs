@@ -24,7 +24,7 @@ async fn give_back_wakes_a_waiter_of_permits_a_killed_process_held() {
     // Taken and never given back, as by a process that died.
     semaphore.acquire_guard(2).await.unwrap().forget();
     let waiter = waiting.semaphore(name).unwrap();
-    let waits = tokio::spawn(async move { waiter.acquire(2).await });
+    let waits = tokio::spawn(async move { waiter.acquire_many(2).await });
     subscribed(&server, "redisson_sc:{cli:repair-sem}").await;
 
     let (answer, code) =

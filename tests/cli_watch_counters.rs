@@ -36,7 +36,7 @@ async fn watch_reports_a_semaphore_s_free_permits_and_its_messages() {
     let channel = "redisson_sc:{cli:wsem}";
     let watch = watching(&server, "cli:wsem", "semaphore", channel).await;
 
-    assert!(sem.try_acquire(3).await.unwrap());
+    assert!(sem.try_acquire_many(3).await.unwrap());
     let taken = tokio::task::block_in_place(|| watch.next_event("counter"));
     assert_eq!(
         (taken["from"].as_i64(), taken["to"].as_i64()),
@@ -139,7 +139,7 @@ async fn watch_tells_a_semaphore_by_its_waiters() {
     let sem = c.semaphore("cli:wauto").unwrap();
     assert!(sem.try_set_permits(0).await.unwrap());
     let waiter = sem.clone();
-    let waiting = tokio::spawn(async move { waiter.acquire(1).await });
+    let waiting = tokio::spawn(async move { waiter.acquire_many(1).await });
     subscribed(&server, "redisson_sc:{cli:wauto}").await;
     let watch = Running::start(&server, &["watch", "cli:wauto", "--interval", "20ms"]);
     let first = tokio::task::block_in_place(|| watch.next_event("state"));

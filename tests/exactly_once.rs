@@ -35,9 +35,9 @@ async fn semaphore_keeps_every_permit_through_killed_connections() {
     let server = RedisServer::start();
     let client = client_with(&server, |b| b.command_timeout(Duration::from_secs(2))).await;
     let name = "once-sem";
-    let permits = 5;
+    let permits: i64 = 5;
     let semaphore = client.semaphore(name).unwrap();
-    assert!(semaphore.try_set_permits(permits).await.unwrap());
+    assert!(semaphore.try_set_permits(permits as u32).await.unwrap());
 
     let stop = Arc::new(AtomicBool::new(false));
     let killing = keep_killing(&server, Duration::from_millis(100), stop.clone());
@@ -50,7 +50,7 @@ async fn semaphore_keeps_every_permit_through_killed_connections() {
         tasks.push(tokio::spawn(async move {
             let (mut released, mut failed_acquires) = (0, 0);
             while Instant::now() < until {
-                match semaphore.try_acquire(1).await {
+                match semaphore.try_acquire_many(1).await {
                     Ok(true) => {
                         let now = holders.fetch_add(1, Ordering::SeqCst) + 1;
                         most.fetch_max(now, Ordering::SeqCst);
@@ -107,7 +107,7 @@ async fn every_latch_opens_through_killed_connections() {
         let latch = counting.count_down_latch(&name).unwrap();
         // Set and checked without the kills' help: a set is sent once.
         while latch.count().await.ok() != Some(count as i64) {
-            let _ = latch.try_set_count(count as i64).await;
+            let _ = latch.try_set_count(count as u32).await;
         }
         let waiters: Vec<_> = (0..2)
             .map(|_| {
@@ -194,7 +194,7 @@ async fn records_do_not_grow_with_throughput() {
             tokio::spawn(async move {
                 let mut rounds = 0;
                 while Instant::now() < until {
-                    semaphore.acquire(1).await.unwrap();
+                    semaphore.acquire_many(1).await.unwrap();
                     semaphore.release(1).await.unwrap();
                     rounds += 1;
                 }

@@ -53,7 +53,7 @@ async fn scripts_lost_again_right_after_their_load_are_loaded_again() {
         let sem = sem.clone();
         tasks.spawn(async move {
             for _ in 0..150 {
-                sem.acquire(1).await?;
+                sem.acquire_many(1).await?;
                 sem.release(1).await?;
             }
             Ok::<_, Error>(())

@@ -169,8 +169,8 @@ async fn a_known_run_is_counted() {
     // The synchronizers' acquisitions (a latch's: its waits), each labelled by its kind.
     let sem = client.semaphore("metrics:sem").unwrap();
     sem.try_set_permits(1).await.unwrap();
-    assert!(sem.try_acquire(1).await.unwrap());
-    assert!(!sem.try_acquire(1).await.unwrap());
+    assert!(sem.try_acquire_many(1).await.unwrap());
+    assert!(!sem.try_acquire_many(1).await.unwrap());
     let expirable = client.permit_expirable_semaphore("metrics:pes").unwrap();
     expirable.try_set_permits(1).await.unwrap();
     let id = expirable.acquire(None).await.unwrap();

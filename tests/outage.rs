@@ -159,7 +159,7 @@ async fn synchronizer_waiters_give_up_the_watchdog_timeout_after_the_server_went
     let latch = c.count_down_latch("gone-latch").unwrap();
     assert!(latch.try_set_count(1).await.unwrap());
     let (s, l) = (sem.clone(), latch.clone());
-    let sem_waiting = tokio::spawn(async move { s.acquire(1).await });
+    let sem_waiting = tokio::spawn(async move { s.acquire_many(1).await });
     let latch_waiting = tokio::spawn(async move { l.wait().await });
     subscribed(&server, "redisson_sc:{gone-sem}").await;
     subscribed(&server, "redisson_countdownlatch__channel__{gone-latch}").await;

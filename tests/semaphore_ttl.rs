@@ -34,7 +34,7 @@ async fn set_with_a_ttl_the_counter_expires_and_releases_keep_the_ttl() {
     assert_eq!(server.command(&["GET", "sem-ttl"]), "2");
     assert!(pttl(&server, "sem-ttl") <= 45_000);
 
-    assert!(sem.try_acquire(2).await.unwrap());
+    assert!(sem.try_acquire_many(2).await.unwrap());
     sem.release(1).await.unwrap();
     assert_eq!(listener.next().await, (channel("sem-ttl"), "1".to_owned()));
     assert!(pttl(&server, "sem-ttl") > 0, "a release keeps the TTL");

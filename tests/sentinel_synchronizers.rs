@@ -33,7 +33,7 @@ async fn synchronizers_wake_each_other_and_live_through_a_failover() {
     let (sem_a, sem_b) = (a.semaphore("s-sem").unwrap(), b.semaphore("s-sem").unwrap());
     assert!(sem_a.try_set_permits(1).await.unwrap());
     let taken = sem_a.acquire_guard(1).await.unwrap();
-    let waiter = tokio::spawn(async move { sem_b.acquire(1).await });
+    let waiter = tokio::spawn(async move { sem_b.acquire_many(1).await });
     subscribed(master, "redisson_sc:{s-sem}").await;
     taken.release().await.unwrap();
     within(WAKE, "the semaphore's waiter", waiter)
@@ -77,10 +77,10 @@ async fn synchronizers_wake_each_other_and_live_through_a_failover() {
     // is on the promoted replica, and the release there wakes the waiter.
     let sem_a = a.semaphore("s-failover").unwrap();
     assert!(sem_a.try_set_permits(1).await.unwrap());
-    assert!(sem_a.try_acquire(1).await.unwrap());
+    assert!(sem_a.try_acquire_many(1).await.unwrap());
     let sem_b = b.semaphore("s-failover").unwrap();
     let waiter =
-        tokio::spawn(async move { sem_b.try_acquire_for(1, Duration::from_secs(60)).await });
+        tokio::spawn(async move { sem_b.try_acquire_many_for(1, Duration::from_secs(60)).await });
     let old_master = setup.master_port();
     subscribed(server(&setup, old_master), "redisson_sc:{s-failover}").await;
     setup.failover();

@@ -10,7 +10,7 @@ pub async fn semaphore(client: &LockClient) -> Result<()> {
     exports.try_set_permits(3).await?;
 
     // Waits as long as it takes for a permit, then gives it back.
-    exports.acquire(1).await?;
+    exports.acquire_many(1).await?;
     // ... one export ...
     exports.release(1).await?;
 

@@ -52,7 +52,7 @@ impl CountDownLatch {
         ///
         /// # Errors
         /// As [`CountDownLatch::try_set_count`](crate::CountDownLatch::try_set_count).
-        fn try_set_count(&self, count: i64) -> Result<bool>;
+        fn try_set_count(&self, count: u32) -> Result<bool>;
         /// As [`CountDownLatch::count_down`](crate::CountDownLatch::count_down).
         ///
         /// # Errors

@@ -54,7 +54,7 @@ impl PermitExpirableSemaphore {
     ///
     /// # Errors
     /// As [`PermitExpirableSemaphore::acquire_guard`](crate::PermitExpirableSemaphore::acquire_guard).
-    pub fn acquire_guard(&self, permits: i64, lease: Option<Duration>) -> Result<ExpirablePermits> {
+    pub fn acquire_guard(&self, permits: u32, lease: Option<Duration>) -> Result<ExpirablePermits> {
         let taken = (self.runtime).block_on(
             "blocking::PermitExpirableSemaphore::acquire_guard",
             self.inner.acquire_guard(permits, lease),
@@ -68,7 +68,7 @@ impl PermitExpirableSemaphore {
     /// As [`PermitExpirableSemaphore::try_acquire_guard`](crate::PermitExpirableSemaphore::try_acquire_guard).
     pub fn try_acquire_guard(
         &self,
-        permits: i64,
+        permits: u32,
         lease: Option<Duration>,
     ) -> Result<Option<ExpirablePermits>> {
         let taken = (self.runtime).block_on(
@@ -84,7 +84,7 @@ impl PermitExpirableSemaphore {
     /// As [`PermitExpirableSemaphore::try_acquire_guard_for`](crate::PermitExpirableSemaphore::try_acquire_guard_for).
     pub fn try_acquire_guard_for(
         &self,
-        permits: i64,
+        permits: u32,
         wait: Duration,
         lease: Option<Duration>,
     ) -> Result<Option<ExpirablePermits>> {
@@ -118,7 +118,7 @@ impl PermitExpirableSemaphore {
         ///
         /// # Errors
         /// As [`PermitExpirableSemaphore::try_set_permits`](crate::PermitExpirableSemaphore::try_set_permits).
-        fn try_set_permits(&self, permits: i64) -> Result<bool>;
+        fn try_set_permits(&self, permits: u32) -> Result<bool>;
         /// As [`PermitExpirableSemaphore::acquire`](crate::PermitExpirableSemaphore::acquire).
         ///
         /// # Errors
@@ -128,7 +128,7 @@ impl PermitExpirableSemaphore {
         ///
         /// # Errors
         /// As [`PermitExpirableSemaphore::acquire_many`](crate::PermitExpirableSemaphore::acquire_many).
-        fn acquire_many(&self, permits: i64, lease: Option<Duration>) -> Result<Vec<PermitId>>;
+        fn acquire_many(&self, permits: u32, lease: Option<Duration>) -> Result<Vec<PermitId>>;
         /// As [`PermitExpirableSemaphore::try_acquire`](crate::PermitExpirableSemaphore::try_acquire).
         ///
         /// # Errors
@@ -138,7 +138,7 @@ impl PermitExpirableSemaphore {
         ///
         /// # Errors
         /// As [`PermitExpirableSemaphore::try_acquire_many`](crate::PermitExpirableSemaphore::try_acquire_many).
-        fn try_acquire_many(&self, permits: i64, lease: Option<Duration>) -> Result<Option<Vec<PermitId>>>;
+        fn try_acquire_many(&self, permits: u32, lease: Option<Duration>) -> Result<Option<Vec<PermitId>>>;
         /// As [`PermitExpirableSemaphore::try_acquire_for`](crate::PermitExpirableSemaphore::try_acquire_for).
         ///
         /// # Errors
@@ -148,7 +148,7 @@ impl PermitExpirableSemaphore {
         ///
         /// # Errors
         /// As [`PermitExpirableSemaphore::try_acquire_many_for`](crate::PermitExpirableSemaphore::try_acquire_many_for).
-        fn try_acquire_many_for(&self, permits: i64, wait: Duration, lease: Option<Duration>) -> Result<Option<Vec<PermitId>>>;
+        fn try_acquire_many_for(&self, permits: u32, wait: Duration, lease: Option<Duration>) -> Result<Option<Vec<PermitId>>>;
         /// As [`PermitExpirableSemaphore::release`](crate::PermitExpirableSemaphore::release).
         ///
         /// # Errors
@@ -178,7 +178,7 @@ impl PermitExpirableSemaphore {
         ///
         /// # Errors
         /// As [`PermitExpirableSemaphore::set_permits`](crate::PermitExpirableSemaphore::set_permits).
-        fn set_permits(&self, permits: i64) -> Result<()>;
+        fn set_permits(&self, permits: u32) -> Result<()>;
         /// As [`PermitExpirableSemaphore::add_permits`](crate::PermitExpirableSemaphore::add_permits).
         ///
         /// # Errors

@@ -113,7 +113,7 @@ macro_rules! same {
     )*};
 }
 
-same!((), bool, u64, Duration);
+same!((), bool, u32, u64, Duration);
 
 impl<T: Blocking> Blocking for Option<T> {
     type Out = Option<T::Out>;
@@ -136,7 +136,10 @@ macro_rules! blocking_methods {
         #[track_caller]
         pub fn $name(&self $(, $arg: $ty)*) -> $out {
             let call = call_name::<Self>(stringify!($name));
-            self.runtime.block_on(&call, self.inner.$name($($arg),*)).wrap(&self.runtime)
+            // A deprecated method's blocking twin is deprecated itself, for its callers.
+            #[allow(deprecated)]
+            let future = self.inner.$name($($arg),*);
+            self.runtime.block_on(&call, future).wrap(&self.runtime)
         }
     )*};
 }

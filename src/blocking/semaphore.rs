@@ -51,7 +51,7 @@ impl Semaphore {
     ///
     /// # Errors
     /// As [`Semaphore::acquire_guard`](crate::Semaphore::acquire_guard).
-    pub fn acquire_guard(&self, permits: i64) -> Result<SemaphorePermits> {
+    pub fn acquire_guard(&self, permits: u32) -> Result<SemaphorePermits> {
         let taken = self.runtime.block_on(
             "blocking::Semaphore::acquire_guard",
             self.inner.acquire_guard(permits),
@@ -63,7 +63,7 @@ impl Semaphore {
     ///
     /// # Errors
     /// As [`Semaphore::try_acquire_guard`](crate::Semaphore::try_acquire_guard).
-    pub fn try_acquire_guard(&self, permits: i64) -> Result<Option<SemaphorePermits>> {
+    pub fn try_acquire_guard(&self, permits: u32) -> Result<Option<SemaphorePermits>> {
         let taken = self.runtime.block_on(
             "blocking::Semaphore::try_acquire_guard",
             self.inner.try_acquire_guard(permits),
@@ -77,7 +77,7 @@ impl Semaphore {
     /// As [`Semaphore::try_acquire_guard_for`](crate::Semaphore::try_acquire_guard_for).
     pub fn try_acquire_guard_for(
         &self,
-        permits: i64,
+        permits: u32,
         wait: Duration,
     ) -> Result<Option<SemaphorePermits>> {
         let taken = (self.runtime).block_on(
@@ -99,37 +99,58 @@ impl Semaphore {
         ///
         /// # Errors
         /// As [`Semaphore::try_set_permits`](crate::Semaphore::try_set_permits).
-        fn try_set_permits(&self, permits: i64) -> Result<bool>;
+        fn try_set_permits(&self, permits: u32) -> Result<bool>;
         /// As [`Semaphore::try_set_permits_with_ttl`](crate::Semaphore::try_set_permits_with_ttl).
         ///
         /// # Errors
         /// As [`Semaphore::try_set_permits_with_ttl`](crate::Semaphore::try_set_permits_with_ttl).
-        fn try_set_permits_with_ttl(&self, permits: i64, ttl: Duration) -> Result<bool>;
+        fn try_set_permits_with_ttl(&self, permits: u32, ttl: Duration) -> Result<bool>;
+        /// As [`Semaphore::acquire_many`](crate::Semaphore::acquire_many).
+        ///
+        /// # Errors
+        /// As [`Semaphore::acquire_many`](crate::Semaphore::acquire_many).
+        #[doc(alias = "acquire")]
+        fn acquire_many(&self, permits: u32) -> Result<()>;
+        /// As [`Semaphore::try_acquire_many`](crate::Semaphore::try_acquire_many).
+        ///
+        /// # Errors
+        /// As [`Semaphore::try_acquire_many`](crate::Semaphore::try_acquire_many).
+        #[doc(alias = "tryAcquire")]
+        fn try_acquire_many(&self, permits: u32) -> Result<bool>;
+        /// As [`Semaphore::try_acquire_many_for`](crate::Semaphore::try_acquire_many_for).
+        ///
+        /// # Errors
+        /// As [`Semaphore::try_acquire_many_for`](crate::Semaphore::try_acquire_many_for).
+        #[doc(alias = "tryAcquire")]
+        fn try_acquire_many_for(&self, permits: u32, wait: Duration) -> Result<bool>;
         /// As [`Semaphore::acquire`](crate::Semaphore::acquire).
         ///
         /// # Errors
         /// As [`Semaphore::acquire`](crate::Semaphore::acquire).
+        #[deprecated(since = "0.1.0", note = "use `acquire_many(permits)`")]
         fn acquire(&self, permits: i64) -> Result<()>;
         /// As [`Semaphore::try_acquire`](crate::Semaphore::try_acquire).
         ///
         /// # Errors
         /// As [`Semaphore::try_acquire`](crate::Semaphore::try_acquire).
+        #[deprecated(since = "0.1.0", note = "use `try_acquire_many(permits)`")]
         fn try_acquire(&self, permits: i64) -> Result<bool>;
         /// As [`Semaphore::try_acquire_for`](crate::Semaphore::try_acquire_for).
         ///
         /// # Errors
         /// As [`Semaphore::try_acquire_for`](crate::Semaphore::try_acquire_for).
+        #[deprecated(since = "0.1.0", note = "use `try_acquire_many_for(permits, wait)`")]
         fn try_acquire_for(&self, permits: i64, wait: Duration) -> Result<bool>;
         /// As [`Semaphore::release`](crate::Semaphore::release).
         ///
         /// # Errors
         /// As [`Semaphore::release`](crate::Semaphore::release).
-        fn release(&self, permits: i64) -> Result<()>;
+        fn release(&self, permits: u32) -> Result<()>;
         /// As [`Semaphore::release_if_exists`](crate::Semaphore::release_if_exists).
         ///
         /// # Errors
         /// As [`Semaphore::release_if_exists`](crate::Semaphore::release_if_exists).
-        fn release_if_exists(&self, permits: i64) -> Result<bool>;
+        fn release_if_exists(&self, permits: u32) -> Result<bool>;
         /// As [`Semaphore::available_permits`](crate::Semaphore::available_permits).
         ///
         /// # Errors
@@ -145,6 +166,11 @@ impl Semaphore {
         /// # Errors
         /// As [`Semaphore::add_permits`](crate::Semaphore::add_permits).
         fn add_permits(&self, delta: i64) -> Result<()>;
+        /// As [`Semaphore::delete`](crate::Semaphore::delete).
+        ///
+        /// # Errors
+        /// As [`Semaphore::delete`](crate::Semaphore::delete).
+        fn delete(&self) -> Result<bool>;
     }
 }
 
@@ -176,7 +202,7 @@ impl SemaphorePermits {
     }
 
     /// As [`SemaphorePermits::permits`](crate::SemaphorePermits::permits).
-    pub fn permits(&self) -> i64 {
+    pub fn permits(&self) -> u32 {
         self.taken().permits()
     }
 
@@ -186,7 +212,7 @@ impl SemaphorePermits {
     }
 
     /// As [`SemaphorePermits::forget`](crate::SemaphorePermits::forget).
-    pub fn forget(mut self) -> i64 {
+    pub fn forget(mut self) -> u32 {
         let taken = self.inner.take().expect("held until consumed");
         taken.forget()
     }

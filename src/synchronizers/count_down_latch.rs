@@ -55,6 +55,12 @@ pub(crate) fn latch_messages(payload: &str) -> Option<waiters::Wake> {
 /// [`delete`](Self::delete) opens it for this crate's waiters; Java's waiters, which only
 /// open on a `0`, see a delete only when they next read the count.
 ///
+/// A waiter gives up once Redis has been unreachable for the watchdog timeout (30 s by
+/// default). On a single server that counts from when the connection was lost, which wakes
+/// the waiter; on a cluster or behind Sentinel, where one lost connection does not say the
+/// latch's server is gone, it counts from the waiter's next read, so it fails up to 15 s
+/// later.
+///
 /// # Cluster
 /// Java names the channel by bracing the raw name, whatever it holds, so for a name with a
 /// `}` the channel falls in another slot than the key, and every write fails with
@@ -90,8 +96,9 @@ impl std::fmt::Debug for CountDownLatch {
 }
 
 impl CountDownLatch {
-    /// The largest count a latch takes: the scripts count in Lua numbers, which hold whole
-    /// numbers exactly up to 2^53 - 1.
+    /// The largest count a latch's scripts handle, as another client (Java's `long`) may set
+    /// it: they count in Lua numbers, which hold whole numbers exactly up to 2^53 - 1. This
+    /// crate sets at most `u32::MAX`.
     pub const MAX_COUNT: i64 = (1 << 53) - 1;
 
     pub(crate) fn new(engine: Arc<Engine>, name: &str) -> Result<CountDownLatch> {
@@ -135,15 +142,19 @@ impl CountDownLatch {
     /// Dropped once sent, the script may or may not run; it runs at most once.
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] for a negative count or one over
-    /// [`MAX_COUNT`](Self::MAX_COUNT), refused before anything is sent;
     /// [`Error::WrongType`] when the key holds another type; [`Error::Redis`] when Redis
     /// cannot be reached or the key holds text that is not a count; [`Error::NotReplicated`]
     /// when the client checks replicas and none confirmed the write; [`Error::Closed`] after
     /// shutdown.
-    pub fn try_set_count(&self, count: i64) -> impl Future<Output = Result<bool>> + Send + 'static {
-        let this = self.clone();
-        async move { this.try_set_count_now(count).await }
+    #[doc(alias = "trySetCount")]
+    pub fn try_set_count(&self, count: u32) -> impl Future<Output = Result<bool>> + Send + 'static {
+        let inner = self.inner.clone();
+        async move {
+            let keys = [Value::String(inner.raw.clone()), inner.channel()];
+            let args = [Value::from(count.to_string()), inner.publish()];
+            let reply = inner.write(Call::of(&LATCH_SET, keys, args)).await?;
+            Ok(int_reply(&LATCH_SET, reply)? == 1)
+        }
     }
 
     /// Counts the latch down by one (Redisson's `countDown`). The count that reaches 0
@@ -162,6 +173,7 @@ impl CountDownLatch {
     /// stayed unreachable for 100 s of resends (the count may or may not have gone down);
     /// [`Error::NotReplicated`] after 100 s of resends no replica confirmed;
     /// [`Error::Closed`] after shutdown.
+    #[doc(alias = "countDown")]
     pub fn count_down(&self) -> impl Future<Output = Result<()>> + Send + 'static {
         let inner = self.inner.clone();
         let writing = inner.engine.owed().writing();
@@ -186,6 +198,7 @@ impl CountDownLatch {
     /// # Errors
     /// [`Error::Redis`] when Redis cannot be reached or the value is not an integer;
     /// [`Error::WrongType`] when the key holds another type.
+    #[doc(alias = "getCount")]
     pub fn count(&self) -> impl Future<Output = Result<i64>> + Send + 'static {
         let inner = self.inner.clone();
         async move { inner.count().await }
@@ -200,8 +213,9 @@ impl CountDownLatch {
     ///
     /// # Errors
     /// [`Error::WrongType`] when the key holds another type; [`Error::Redis`] when Redis
-    /// fails the first read, or stays unreachable for the watchdog timeout while waiting;
+    /// fails the first read, or stays unreachable while waiting (see [Waiting](CountDownLatch#waiting));
     /// [`Error::Closed`] after shutdown.
+    #[doc(alias = "await")]
     pub fn wait(&self) -> impl Future<Output = Result<()>> + Send + 'static {
         let this = self.clone();
         async move { this.wait_within(Wait::Forever).await.map(|_| ()) }
@@ -217,6 +231,7 @@ impl CountDownLatch {
     /// # Errors
     /// As [`wait`](Self::wait); [`Error::InvalidArgument`] also for a timeout too long to
     /// represent.
+    #[doc(alias = "await")]
     pub fn wait_for(
         &self,
         timeout: Duration,
@@ -246,22 +261,6 @@ impl CountDownLatch {
                 .await?;
             Ok(int_reply(&LATCH_DELETE, reply)? == 1)
         }
-    }
-
-    async fn try_set_count_now(&self, count: i64) -> Result<bool> {
-        if !(0..=Self::MAX_COUNT).contains(&count) {
-            return Err(Error::invalid(format!(
-                "count-down latch {:?}: cannot set the count {count}: a count must be 0 or \
-                 more, at most {}",
-                &*self.inner.name,
-                Self::MAX_COUNT
-            )));
-        }
-        let inner = &self.inner;
-        let keys = [Value::String(inner.raw.clone()), inner.channel()];
-        let args = [Value::from(count.to_string()), inner.publish()];
-        let reply = inner.write(Call::of(&LATCH_SET, keys, args)).await?;
-        Ok(int_reply(&LATCH_SET, reply)? == 1)
     }
 
     async fn wait_within(&self, wait: Wait) -> Result<bool> {

@@ -176,6 +176,7 @@ scripts! {
     SEMAPHORE_RELEASE => "semaphore_release" with "permit", "publish", "semaphore_count", "once",
     SEMAPHORE_ADD => "semaphore_add" with "permit", "publish", "semaphore_count", "once",
     SEMAPHORE_DRAIN => "semaphore_drain" with "permit", "semaphore_count",
+    SEMAPHORE_DELETE => "semaphore_delete" with "permit",
     LATCH_SET => "latch_set" with "permit", "publish", "latch_count",
     LATCH_COUNT_DOWN => "latch_count_down" with "permit", "publish", "latch_count", "once",
     LATCH_DELETE => "latch_delete" with "permit", "publish", "latch_count",

@@ -373,7 +373,10 @@ async fn synchronizers_refuse_what_is_not_their_data_in_words() {
     for (what, result) in [
         (
             "semaphore",
-            semaphore.try_acquire_for(1, Duration::MAX).await.map(drop),
+            semaphore
+                .try_acquire_many_for(1, Duration::MAX)
+                .await
+                .map(drop),
         ),
         ("latch", latch.wait_for(Duration::MAX).await.map(drop)),
     ] {

@@ -51,11 +51,11 @@ impl Synchronizers {
         let semaphore = client.semaphore(&names.0).unwrap();
         let expirable = client.permit_expirable_semaphore(&names.1).unwrap();
         semaphore
-            .try_set_permits(PERMITS)
+            .try_set_permits(PERMITS as u32)
             .await
             .expect("set the semaphore");
         expirable
-            .try_set_permits(PERMITS)
+            .try_set_permits(PERMITS as u32)
             .await
             .expect("set the permits");
         let counts = Arc::new(Counts::default());
@@ -66,7 +66,10 @@ impl Synchronizers {
             let name = names.0.clone();
             tasks.spawn(async move {
                 while Instant::now() < until {
-                    match semaphore.try_acquire_for(1, Duration::from_secs(1)).await {
+                    match semaphore
+                        .try_acquire_many_for(1, Duration::from_secs(1))
+                        .await
+                    {
                         Ok(true) => {
                             held(&holders, &counts, &name).await;
                             match semaphore.release(1).await {

@@ -158,11 +158,13 @@ async fn apply(
 ) -> Result<bool, Failure> {
     let invalid = |why: &str| Failure(Exit::BadArguments, format!("{why}; nothing changed"));
     match repair {
-        Repair::GiveBack(n) if n <= 0 => Err(invalid("give back at least one permit")),
-        Repair::GiveBack(n) => {
-            client.semaphore(name)?.release(n).await?;
-            Ok(true)
-        }
+        Repair::GiveBack(n) => match u32::try_from(n) {
+            Ok(n) if n > 0 => {
+                client.semaphore(name)?.release(n).await?;
+                Ok(true)
+            }
+            _ => Err(invalid("give back from 1 to 4294967295 permits at a time")),
+        },
         Repair::Add(0) => Ok(false),
         Repair::Add(n) => {
             client.semaphore(name)?.add_permits(n).await?;

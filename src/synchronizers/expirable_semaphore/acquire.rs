@@ -31,7 +31,8 @@ impl PermitExpirableSemaphore {
     /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) for a lease under 1 ms or
     /// too long to represent; [`Error::WrongType`](crate::Error::WrongType) when a key holds
     /// another type; [`Error::Redis`](crate::Error::Redis) when Redis fails the first
-    /// attempt, or stays unreachable for the watchdog timeout while waiting (an attempt
+    /// attempt, or stays unreachable while waiting for the watchdog timeout, as
+    /// [`Semaphore::acquire_many`](crate::Semaphore::acquire_many) says (an attempt
     /// whose reply was lost is undone in the background);
     /// [`Error::Closed`](crate::Error::Closed) after shutdown.
     pub fn acquire(
@@ -55,14 +56,17 @@ impl PermitExpirableSemaphore {
     /// As [`acquire`](Self::acquire);
     /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) also for fewer than 1
     /// permit or more than [`MAX_ACQUIRE`](crate::MAX_ACQUIRE).
+    #[doc(alias = "acquire")]
     pub fn acquire_many(
         &self,
-        permits: i64,
+        permits: u32,
         lease: Option<Duration>,
     ) -> impl Future<Output = Result<Vec<PermitId>>> + Send + 'static {
         let this = self.clone();
         async move {
-            let ids = this.acquire_within(permits, lease, Wait::Forever).await?;
+            let ids = this
+                .acquire_within(permits.into(), lease, Wait::Forever)
+                .await?;
             Ok(ids.expect("no deadline"))
         }
     }
@@ -75,6 +79,7 @@ impl PermitExpirableSemaphore {
     ///
     /// # Errors
     /// As [`acquire`](Self::acquire), without the waiting.
+    #[doc(alias = "tryAcquire")]
     pub fn try_acquire(
         &self,
         lease: Option<Duration>,
@@ -91,13 +96,14 @@ impl PermitExpirableSemaphore {
     ///
     /// # Errors
     /// As [`acquire_many`](Self::acquire_many), without the waiting.
+    #[doc(alias = "tryAcquire")]
     pub fn try_acquire_many(
         &self,
-        permits: i64,
+        permits: u32,
         lease: Option<Duration>,
     ) -> impl Future<Output = Result<Option<Vec<PermitId>>>> + Send + 'static {
         let this = self.clone();
-        async move { this.acquire_within(permits, lease, Wait::Once).await }
+        async move { this.acquire_within(permits.into(), lease, Wait::Once).await }
     }
 
     /// Takes a permit, waiting at most `wait` (Redisson's `tryAcquire(waitTime,
@@ -110,6 +116,7 @@ impl PermitExpirableSemaphore {
     /// As [`acquire`](Self::acquire);
     /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) also for a wait too long
     /// to represent.
+    #[doc(alias = "tryAcquire")]
     pub fn try_acquire_for(
         &self,
         wait: Duration,
@@ -132,16 +139,17 @@ impl PermitExpirableSemaphore {
     ///
     /// # Errors
     /// As [`acquire_many`](Self::acquire_many) and [`try_acquire_for`](Self::try_acquire_for).
+    #[doc(alias = "tryAcquire")]
     pub fn try_acquire_many_for(
         &self,
-        permits: i64,
+        permits: u32,
         wait: Duration,
         lease: Option<Duration>,
     ) -> impl Future<Output = Result<Option<Vec<PermitId>>>> + Send + 'static {
         let this = self.clone();
         async move {
             let wait = Wait::from_limit(wait)?;
-            this.acquire_within(permits, lease, wait).await
+            this.acquire_within(permits.into(), lease, wait).await
         }
     }
 
@@ -156,12 +164,14 @@ impl PermitExpirableSemaphore {
     /// As [`acquire_many`](Self::acquire_many).
     pub fn acquire_guard(
         &self,
-        permits: i64,
+        permits: u32,
         lease: Option<Duration>,
     ) -> impl Future<Output = Result<ExpirablePermits>> + Send + 'static {
         let this = self.clone();
         async move {
-            let ids = this.acquire_within(permits, lease, Wait::Forever).await?;
+            let ids = this
+                .acquire_within(permits.into(), lease, Wait::Forever)
+                .await?;
             Ok(ExpirablePermits::new(this, ids.expect("no deadline")))
         }
     }
@@ -176,12 +186,14 @@ impl PermitExpirableSemaphore {
     /// As [`try_acquire_many`](Self::try_acquire_many).
     pub fn try_acquire_guard(
         &self,
-        permits: i64,
+        permits: u32,
         lease: Option<Duration>,
     ) -> impl Future<Output = Result<Option<ExpirablePermits>>> + Send + 'static {
         let this = self.clone();
         async move {
-            let ids = this.acquire_within(permits, lease, Wait::Once).await?;
+            let ids = this
+                .acquire_within(permits.into(), lease, Wait::Once)
+                .await?;
             Ok(ids.map(|ids| ExpirablePermits::new(this, ids)))
         }
     }
@@ -196,14 +208,14 @@ impl PermitExpirableSemaphore {
     /// As [`try_acquire_many_for`](Self::try_acquire_many_for).
     pub fn try_acquire_guard_for(
         &self,
-        permits: i64,
+        permits: u32,
         wait: Duration,
         lease: Option<Duration>,
     ) -> impl Future<Output = Result<Option<ExpirablePermits>>> + Send + 'static {
         let this = self.clone();
         async move {
             let wait = Wait::from_limit(wait)?;
-            let ids = this.acquire_within(permits, lease, wait).await?;
+            let ids = this.acquire_within(permits.into(), lease, wait).await?;
             Ok(ids.map(|ids| ExpirablePermits::new(this, ids)))
         }
     }

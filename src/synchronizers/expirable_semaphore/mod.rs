@@ -36,7 +36,7 @@ pub use permits::ExpirablePermits;
 pub(crate) const NEVER: i64 = 922_337_203_685_477;
 
 /// The most permits one acquisition takes: each is an id sent with the script.
-pub const MAX_ACQUIRE: i64 = 10_000;
+pub const MAX_ACQUIRE: u32 = 10_000;
 
 /// A handle on the permit-expirable semaphore `name` (Redisson's
 /// `getPermitExpirableSemaphore(name)`): cheap to clone, no I/O until a method is called.
@@ -126,18 +126,15 @@ impl PermitExpirableSemaphore {
     /// Dropped once sent, the script may or may not run; it runs at most once.
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] for a negative count or one over [`MAX_PERMITS`];
     /// [`Error::Redis`] when Redis cannot be reached; [`Error::NotReplicated`] when the
     /// client checks replicas and none confirmed the write.
+    #[doc(alias = "trySetPermits")]
     pub fn try_set_permits(
         &self,
-        permits: i64,
+        permits: u32,
     ) -> impl Future<Output = Result<bool>> + Send + 'static {
-        let this = self.clone();
-        async move {
-            this.check("set", permits, 0)?;
-            this.inner.set_if_missing(permits, None).await
-        }
+        let inner = self.inner.clone();
+        async move { inner.set_if_missing(permits.into(), None).await }
     }
 
     /// Gives back the permit `id` (Redisson's `release`) and tells waiters the new count.
@@ -174,6 +171,7 @@ impl PermitExpirableSemaphore {
     ///
     /// # Errors
     /// As [`release`](Self::release), without [`Error::PermitNotHeld`].
+    #[doc(alias = "tryRelease")]
     pub fn try_release(&self, id: PermitId) -> impl Future<Output = Result<bool>> + Send + 'static {
         let inner = self.inner.clone();
         Finishing::new(|| async move { Ok(inner.release(id).await? == 1) })
@@ -189,6 +187,7 @@ impl PermitExpirableSemaphore {
     /// # Errors
     /// [`Error::InvalidArgument`] for an empty list or one over [`MAX_ACQUIRE`]; otherwise
     /// as [`try_release`](Self::try_release).
+    #[doc(alias = "tryRelease")]
     pub fn try_release_many(
         &self,
         ids: &[PermitId],
@@ -224,6 +223,7 @@ impl PermitExpirableSemaphore {
     /// # Errors
     /// [`Error::WrongType`] when a key holds another type; [`Error::Redis`] when Redis
     /// cannot be reached; [`Error::NotReplicated`].
+    #[doc(alias = "availablePermits")]
     pub fn available_permits(&self) -> impl Future<Output = Result<i64>> + Send + 'static {
         let inner = self.inner.clone();
         async move { inner.count("available").await }
@@ -237,6 +237,7 @@ impl PermitExpirableSemaphore {
     ///
     /// # Errors
     /// As [`available_permits`](Self::available_permits).
+    #[doc(alias = "acquiredPermits")]
     pub fn acquired_permits(&self) -> impl Future<Output = Result<i64>> + Send + 'static {
         let inner = self.inner.clone();
         async move { inner.count("acquired").await }
@@ -250,6 +251,7 @@ impl PermitExpirableSemaphore {
     ///
     /// # Errors
     /// As [`available_permits`](Self::available_permits).
+    #[doc(alias = "getPermits")]
     pub fn permits(&self) -> impl Future<Output = Result<i64>> + Send + 'static {
         let inner = self.inner.clone();
         async move { inner.count("permits").await }
@@ -264,13 +266,11 @@ impl PermitExpirableSemaphore {
     /// Dropped once sent, the script may or may not run; it runs at most once.
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] for a negative count or one over [`MAX_PERMITS`];
-    /// otherwise as [`available_permits`](Self::available_permits).
-    pub fn set_permits(&self, permits: i64) -> impl Future<Output = Result<()>> + Send + 'static {
-        let this = self.clone();
+    /// As [`available_permits`](Self::available_permits).
+    #[doc(alias = "setPermits")]
+    pub fn set_permits(&self, permits: u32) -> impl Future<Output = Result<()>> + Send + 'static {
+        let inner = self.inner.clone();
         async move {
-            this.check("set", permits, 0)?;
-            let inner = &this.inner;
             let call = Call::of(
                 &EXPIRABLE_SET,
                 inner.three_keys(),
@@ -291,6 +291,7 @@ impl PermitExpirableSemaphore {
     /// [`Error::InvalidArgument`] for a delta beyond [`MAX_PERMITS`] either way;
     /// [`Error::Redis`] also when the count would pass it; otherwise as
     /// [`available_permits`](Self::available_permits).
+    #[doc(alias = "addPermits")]
     pub fn add_permits(&self, delta: i64) -> impl Future<Output = Result<()>> + Send + 'static {
         let this = self.clone();
         async move {
@@ -312,6 +313,7 @@ impl PermitExpirableSemaphore {
     /// # Errors
     /// [`Error::InvalidArgument`] for a lease under 1 ms or too long to represent;
     /// otherwise as [`available_permits`](Self::available_permits).
+    #[doc(alias = "updateLeaseTime")]
     pub fn update_lease_time(
         &self,
         id: PermitId,
@@ -334,6 +336,7 @@ impl PermitExpirableSemaphore {
     /// # Errors
     /// [`Error::PermitNotHeld`] when `id` is not held; otherwise as
     /// [`available_permits`](Self::available_permits).
+    #[doc(alias = "getLeaseTime")]
     pub fn lease_time(
         &self,
         id: PermitId,
@@ -370,7 +373,11 @@ impl PermitExpirableSemaphore {
     }
 
     fn check(&self, what: &str, permits: i64, least: i64) -> Result<()> {
-        let most = if least == 1 { MAX_ACQUIRE } else { MAX_PERMITS };
+        let most = if least == 1 {
+            i64::from(MAX_ACQUIRE)
+        } else {
+            MAX_PERMITS
+        };
         if (least..=most).contains(&permits) {
             return Ok(());
         }

@@ -18,19 +18,19 @@ use fred::types::Value;
 use crate::base::error::{map_redis_error, Error, Result};
 use crate::base::keys::{self};
 use crate::core::guard::Finishing;
-use crate::core::wait::{self, Wait};
 use crate::engine::owed::Writing;
 use crate::engine::Engine;
 use crate::synchronizers::counter::{int_reply, Counter};
-use crate::topology::pubsub::Messages;
 use crate::topology::script::{static_arg, Call};
-use crate::topology::script::{SEMAPHORE_ADD, SEMAPHORE_DRAIN, SEMAPHORE_RELEASE};
+use crate::topology::script::{
+    SEMAPHORE_ADD, SEMAPHORE_DELETE, SEMAPHORE_DRAIN, SEMAPHORE_RELEASE,
+};
 use crate::topology::waiters;
 
+mod acquire;
 mod attempt;
 mod permits;
 
-use attempt::attempt;
 pub use permits::SemaphorePermits;
 
 /// The most permits a semaphore counts, either way: the scripts count in Lua numbers,
@@ -146,24 +146,24 @@ impl Semaphore {
         &self.inner.name
     }
 
-    /// Sets the permits to `permits` if the semaphore has no counter yet (Redisson's
-    /// `trySetPermits`), and tells waiters the new count. `true` when it was set; `false`
-    /// when a counter existed, which is left as it was. `0` is a valid count.
+    /// Sets the permits to `permits` if the semaphore has no counter yet, and tells waiters
+    /// the new count. `true` when it was set; `false` when a counter existed, which is left
+    /// as it was. `0` is a valid count.
     ///
     /// # Cancel safety
     /// Dropped once sent, the script may or may not run; it runs at most once.
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] for a negative count or one over [`MAX_PERMITS`];
     /// [`Error::WrongType`] when the key holds another type; [`Error::Redis`] when Redis
     /// cannot be reached; [`Error::NotReplicated`] when the client checks replicas and none
-    /// confirmed the write.
+    /// confirmed the write; [`Error::Closed`] after shutdown.
+    #[doc(alias = "trySetPermits")]
     pub fn try_set_permits(
         &self,
-        permits: i64,
+        permits: u32,
     ) -> impl Future<Output = Result<bool>> + Send + 'static {
-        let this = self.clone();
-        async move { this.try_set_permits_now(permits).await }
+        let inner = self.inner.clone();
+        async move { inner.set_if_missing(permits.into(), None).await }
     }
 
     /// As [`try_set_permits`](Self::try_set_permits), with a TTL on the counter when it is
@@ -177,132 +177,29 @@ impl Semaphore {
     /// # Errors
     /// As [`try_set_permits`](Self::try_set_permits); [`Error::InvalidArgument`] also for a
     /// TTL under one millisecond or over [`Lease::MAX_FIXED`](crate::Lease::MAX_FIXED).
+    #[doc(alias = "trySetPermits")]
     pub fn try_set_permits_with_ttl(
         &self,
-        permits: i64,
+        permits: u32,
         ttl: Duration,
     ) -> impl Future<Output = Result<bool>> + Send + 'static {
-        let this = self.clone();
+        let inner = self.inner.clone();
         async move {
             let ttl = crate::core::lease::Lease::fixed(ttl).map_err(|_| {
                 Error::invalid(format!(
                     "semaphore {:?}: a TTL must be between 1 ms and Lease::MAX_FIXED, not {ttl:?}",
-                    &*this.inner.name
+                    &*inner.name
                 ))
             })?;
-            this.set_permits_if_missing(permits, ttl.fixed_duration())
+            inner
+                .set_if_missing(permits.into(), ttl.fixed_duration())
                 .await
         }
     }
 
-    /// Takes `permits` permits, waiting as long as it takes (Redisson's `acquire`). `0`
-    /// returns at once without asking Redis. See [`acquire_guard`](Self::acquire_guard) for
-    /// permits given back when dropped.
-    ///
-    /// A waiter wakes on any count published on the semaphore's channel, by this crate or
-    /// Java, and looks again every 15 seconds in any case, so a lost message delays it by
-    /// that much at most.
-    ///
-    /// # Cancel safety
-    /// Cancel safe: dropped at any point, it leaves no permit taken. An attempt whose
-    /// script was on the wire has its permits given back once its reply arrives.
-    ///
-    /// # Errors
-    /// [`Error::InvalidArgument`] for a negative count or one over [`MAX_PERMITS`];
-    /// [`Error::WrongType`] when the key holds another type; [`Error::Redis`] when Redis
-    /// fails the first attempt, or stays unreachable for the watchdog timeout while
-    /// waiting (an attempt whose reply was lost is undone in the background);
-    /// [`Error::Closed`] after shutdown.
-    pub fn acquire(&self, permits: i64) -> impl Future<Output = Result<()>> + Send + 'static {
-        let this = self.clone();
-        async move { this.acquire_now(permits).await }
-    }
-
-    /// One attempt to take `permits` permits, without waiting (Redisson's `tryAcquire`):
-    /// `true` when they were taken. `0` is `true` without asking Redis.
-    ///
-    /// # Cancel safety
-    /// Cancel safe: dropped while its script is on the wire, the permits it takes are given
-    /// back once its reply arrives.
-    ///
-    /// # Errors
-    /// As [`acquire`](Self::acquire), without the waiting.
-    pub fn try_acquire(&self, permits: i64) -> impl Future<Output = Result<bool>> + Send + 'static {
-        let this = self.clone();
-        async move { this.try_acquire_now(permits).await }
-    }
-
-    /// Takes `permits` permits, waiting at most `wait` (Redisson's `tryAcquire(permits,
-    /// wait)`): `true` when they were taken, `false` when the wait ran out. A zero wait
-    /// makes one attempt.
-    ///
-    /// # Cancel safety
-    /// As [`acquire`](Self::acquire).
-    ///
-    /// # Errors
-    /// As [`acquire`](Self::acquire); [`Error::InvalidArgument`] also for a wait too long
-    /// to represent.
-    pub fn try_acquire_for(
-        &self,
-        permits: i64,
-        wait: Duration,
-    ) -> impl Future<Output = Result<bool>> + Send + 'static {
-        let this = self.clone();
-        async move { this.try_acquire_for_now(permits, wait).await }
-    }
-
-    /// [`acquire`](Self::acquire), with a guard that gives the permits back when dropped.
-    ///
-    /// # Cancel safety
-    /// As [`acquire`](Self::acquire): the guard is made in the same poll that learns the
-    /// permits were taken.
-    ///
-    /// # Errors
-    /// As [`acquire`](Self::acquire).
-    pub fn acquire_guard(
-        &self,
-        permits: i64,
-    ) -> impl Future<Output = Result<SemaphorePermits>> + Send + 'static {
-        let this = self.clone();
-        async move { this.acquire_guard_now(permits).await }
-    }
-
-    /// [`try_acquire`](Self::try_acquire), with a guard: `None` when too few are free.
-    ///
-    /// # Cancel safety
-    /// As [`try_acquire`](Self::try_acquire).
-    ///
-    /// # Errors
-    /// As [`try_acquire`](Self::try_acquire).
-    pub fn try_acquire_guard(
-        &self,
-        permits: i64,
-    ) -> impl Future<Output = Result<Option<SemaphorePermits>>> + Send + 'static {
-        let this = self.clone();
-        async move { this.try_acquire_guard_now(permits).await }
-    }
-
-    /// [`try_acquire_for`](Self::try_acquire_for), with a guard: `None` when the wait ran
-    /// out.
-    ///
-    /// # Cancel safety
-    /// As [`acquire`](Self::acquire).
-    ///
-    /// # Errors
-    /// As [`try_acquire_for`](Self::try_acquire_for).
-    pub fn try_acquire_guard_for(
-        &self,
-        permits: i64,
-        wait: Duration,
-    ) -> impl Future<Output = Result<Option<SemaphorePermits>>> + Send + 'static {
-        let this = self.clone();
-        async move { this.try_acquire_guard_for_now(permits, wait).await }
-    }
-
-    /// Gives `permits` permits back (Redisson's `release`) and tells waiters the new count.
-    /// Nothing checks that they were taken: releasing more than was taken raises the
-    /// semaphore's capacity. A missing counter starts at 0; a TTL on it stays. `0` does
-    /// nothing.
+    /// Gives `permits` permits back and tells waiters the new count. Nothing checks that
+    /// they were taken: releasing more than was taken raises the semaphore's capacity. A
+    /// missing counter starts at 0; a TTL on it stays. `0` does nothing.
     ///
     /// # Exactly once
     /// A release whose connection drops, or that no replica confirmed, is sent again until
@@ -314,22 +211,19 @@ impl Semaphore {
     /// The release starts when this is called and finishes even if the future is dropped.
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] for a negative count or one over [`MAX_PERMITS`];
     /// [`Error::Redis`] when the count would pass [`MAX_PERMITS`], or Redis stayed
     /// unreachable for 100 s of resends (the permits may or may not have been given back);
     /// [`Error::WrongType`]; [`Error::NotReplicated`] after 100 s of resends no replica
     /// confirmed; [`Error::Closed`] when the client shut down first.
-    pub fn release(&self, permits: i64) -> impl Future<Output = Result<()>> + Send + 'static {
-        let checked = self.check("release", permits, 0);
+    pub fn release(&self, permits: u32) -> impl Future<Output = Result<()>> + Send + 'static {
         let inner = self.inner.clone();
         let writing = inner.engine.owed().writing();
         Finishing::new(|| async move {
-            checked?;
             if permits == 0 {
                 return Ok(());
             }
-            let reply = inner.release(permits, false, writing).await?;
-            int_reply(&SEMAPHORE_RELEASE, reply).map(|_| ())
+            let reply = inner.release(permits.into(), false, writing).await?;
+            int_reply(&SEMAPHORE_RELEASE, reply).map(drop)
         })
     }
 
@@ -342,19 +236,18 @@ impl Semaphore {
     ///
     /// # Errors
     /// As [`release`](Self::release).
+    #[doc(alias = "releaseIfExists")]
     pub fn release_if_exists(
         &self,
-        permits: i64,
+        permits: u32,
     ) -> impl Future<Output = Result<bool>> + Send + 'static {
-        let checked = self.check("release", permits, 0);
         let inner = self.inner.clone();
         let writing = inner.engine.owed().writing();
         Finishing::new(|| async move {
-            checked?;
             if permits == 0 {
                 return Ok(true);
             }
-            match inner.release(permits, true, writing).await? {
+            match inner.release(permits.into(), true, writing).await? {
                 Value::Null => Ok(false),
                 reply => int_reply(&SEMAPHORE_RELEASE, reply).map(|_| true),
             }
@@ -362,7 +255,9 @@ impl Semaphore {
     }
 
     /// The free permits now (Redisson's `availablePermits`): 0 when the counter is missing;
-    /// negative when more were taken away than there were.
+    /// negative when more were taken away than there were. (A semaphore keeps no count of
+    /// the permits taken, in Redisson's layout either: so it has no `acquired_permits`,
+    /// `permits` or `set_permits`, which a [`PermitExpirableSemaphore`] has.)
     ///
     /// # Cancel safety
     /// Cancel safe: a read.
@@ -370,9 +265,18 @@ impl Semaphore {
     /// # Errors
     /// [`Error::Redis`] when Redis cannot be reached or the value is not an integer;
     /// [`Error::WrongType`] when the key holds another type.
+    ///
+    /// [`PermitExpirableSemaphore`]: crate::PermitExpirableSemaphore
+    #[doc(alias = "availablePermits")]
     pub fn available_permits(&self) -> impl Future<Output = Result<i64>> + Send + 'static {
-        let this = self.clone();
-        async move { this.available_permits_now().await }
+        let inner = self.inner.clone();
+        async move {
+            let read = inner.engine.link().reads().clone();
+            let key = inner.raw.clone();
+            let reply = inner.engine.reach(async move { read.get(key).await }).await;
+            let count: Option<i64> = reply.map_err(|e| map_redis_error(e, &inner.name))?;
+            Ok(count.unwrap_or(0))
+        }
     }
 
     /// Takes every free permit (Redisson's `drainPermits`): the counter becomes 0 (a
@@ -385,9 +289,13 @@ impl Semaphore {
     /// # Errors
     /// [`Error::Redis`] when Redis cannot be reached or the value is not an integer;
     /// [`Error::WrongType`]; [`Error::NotReplicated`].
+    #[doc(alias = "drainPermits")]
     pub fn drain_permits(&self) -> impl Future<Output = Result<i64>> + Send + 'static {
-        let this = self.clone();
-        async move { this.drain_permits_now().await }
+        let inner = self.inner.clone();
+        async move {
+            let call = Call::of(&SEMAPHORE_DRAIN, [inner.key()], []);
+            int_reply(&SEMAPHORE_DRAIN, inner.write(call).await?)
+        }
     }
 
     /// Changes the free permits by `delta`, which may be negative (Redisson's `addPermits`),
@@ -405,117 +313,51 @@ impl Semaphore {
     /// unreachable for 100 s of resends (the change may or may not have been made);
     /// [`Error::WrongType`]; [`Error::NotReplicated`] after 100 s of resends no replica
     /// confirmed.
+    #[doc(alias = "addPermits")]
     pub fn add_permits(&self, delta: i64) -> impl Future<Output = Result<()>> + Send + 'static {
-        let this = self.clone();
-        let writing = this.inner.engine.owed().writing();
-        Finishing::new(|| async move { this.add_permits_now(delta, writing).await })
+        let checked = self.check_delta(delta);
+        let inner = self.inner.clone();
+        let writing = inner.engine.owed().writing();
+        Finishing::new(|| async move {
+            checked?;
+            let reply = inner
+                .write_once(writing, |record, kept, done| {
+                    let mut keys = vec![inner.key(), inner.channel(), record];
+                    keys.extend(done);
+                    let args = [Value::from(delta), inner.publish(), kept];
+                    Call::of(&SEMAPHORE_ADD, keys, args)
+                })
+                .await?;
+            int_reply(&SEMAPHORE_ADD, reply).map(drop)
+        })
     }
 
-    async fn try_set_permits_now(&self, permits: i64) -> Result<bool> {
-        self.set_permits_if_missing(permits, None).await
+    /// Deletes the semaphore's counter (Redisson's `delete`): `true` when there was one.
+    /// Tells no one: waiters find no permits until it is set again.
+    ///
+    /// # Cancel safety
+    /// Dropped once sent, the script may or may not run; it runs at most once.
+    ///
+    /// # Errors
+    /// [`Error::Redis`] when Redis cannot be reached; [`Error::NotReplicated`];
+    /// [`Error::Closed`] after shutdown.
+    pub fn delete(&self) -> impl Future<Output = Result<bool>> + Send + 'static {
+        let inner = self.inner.clone();
+        async move {
+            let call = Call::of(&SEMAPHORE_DELETE, [inner.key()], []);
+            Ok(int_reply(&SEMAPHORE_DELETE, inner.write(call).await?)? == 1)
+        }
     }
 
-    async fn set_permits_if_missing(&self, permits: i64, ttl: Option<Duration>) -> Result<bool> {
-        self.check("set", permits, 0)?;
-        self.inner.set_if_missing(permits, ttl).await
-    }
-
-    async fn acquire_now(&self, permits: i64) -> Result<()> {
-        self.acquire_within(permits, Wait::Forever)
-            .await
-            .map(|_| ())
-    }
-
-    async fn try_acquire_now(&self, permits: i64) -> Result<bool> {
-        self.acquire_within(permits, Wait::Once).await
-    }
-
-    async fn try_acquire_for_now(&self, permits: i64, wait: Duration) -> Result<bool> {
-        self.acquire_within(permits, Wait::from_limit(wait)?).await
-    }
-
-    async fn acquire_guard_now(&self, permits: i64) -> Result<SemaphorePermits> {
-        self.acquire(permits).await?;
-        Ok(SemaphorePermits::new(self.clone(), permits))
-    }
-
-    async fn try_acquire_guard_now(&self, permits: i64) -> Result<Option<SemaphorePermits>> {
-        let taken = self.try_acquire(permits).await?;
-        Ok(taken.then(|| SemaphorePermits::new(self.clone(), permits)))
-    }
-
-    async fn try_acquire_guard_for_now(
-        &self,
-        permits: i64,
-        wait: Duration,
-    ) -> Result<Option<SemaphorePermits>> {
-        let taken = self.try_acquire_for(permits, wait).await?;
-        Ok(taken.then(|| SemaphorePermits::new(self.clone(), permits)))
-    }
-
-    async fn available_permits_now(&self) -> Result<i64> {
-        let inner = &self.inner;
-        let read = inner.engine.link().reads().clone();
-        let key = inner.raw.clone();
-        let reply = inner.engine.reach(async move { read.get(key).await }).await;
-        let count: Option<i64> = reply.map_err(|e| map_redis_error(e, &inner.name))?;
-        Ok(count.unwrap_or(0))
-    }
-
-    async fn drain_permits_now(&self) -> Result<i64> {
-        let inner = &self.inner;
-        let call = Call::of(&SEMAPHORE_DRAIN, [Value::String(inner.raw.clone())], []);
-        int_reply(&SEMAPHORE_DRAIN, inner.write(call).await?)
-    }
-
-    async fn add_permits_now(&self, delta: i64, writing: Result<Writing>) -> Result<()> {
-        self.check("add", delta, -MAX_PERMITS)?;
-        let inner = &self.inner;
-        let reply = inner
-            .write_once(writing, |record, kept, done| {
-                let mut keys = vec![inner.key(), inner.channel(), record];
-                keys.extend(done);
-                Call::of(
-                    &SEMAPHORE_ADD,
-                    keys,
-                    [Value::from(delta), inner.publish(), kept],
-                )
-            })
-            .await?;
-        int_reply(&SEMAPHORE_ADD, reply).map(|_| ())
-    }
-
-    fn check(&self, what: &str, permits: i64, least: i64) -> Result<()> {
-        if (least..=MAX_PERMITS).contains(&permits) {
+    fn check_delta(&self, delta: i64) -> Result<()> {
+        if (-MAX_PERMITS..=MAX_PERMITS).contains(&delta) {
             return Ok(());
         }
-        let rule = if least == 0 {
-            "a number of permits must be 0 or more"
-        } else {
-            "a change of permits must be within the bounds"
-        };
         Err(Error::invalid(format!(
-            "semaphore {:?}: cannot {what} {permits} permits: {rule}, at most {MAX_PERMITS}",
+            "semaphore {:?}: cannot add {delta} permits: a change of permits must be within \
+             {MAX_PERMITS} either way",
             &*self.inner.name
         )))
-    }
-
-    async fn acquire_within(&self, permits: i64, wait: Wait) -> Result<bool> {
-        self.check("acquire", permits, 0)?;
-        let inner = &self.inner;
-        if permits == 0 {
-            inner.engine.check_open()?;
-            return Ok(true);
-        }
-        let what = (&*inner.name, "semaphore");
-        let wake = (&*inner.channel, semaphore_messages as Messages);
-        let taken = wait::synchronizer(&inner.engine, what, wake, wait, || attempt(inner, permits));
-        let Some(record) = taken.await? else {
-            return Ok(false);
-        };
-        // The caller has the permits: the attempt's record is needed no more.
-        inner.engine.done_records().done(&inner.raw, record);
-        Ok(true)
     }
 }
 

@@ -23,14 +23,14 @@ use super::Semaphore;
 #[derive(Debug)]
 pub struct SemaphorePermits {
     semaphore: Semaphore,
-    permits: i64,
+    permits: u32,
     /// Its entry among what the client owes, while it holds the permits (`None`: given
     /// back, kept, or taken by the shutdown).
     owed: Option<u64>,
 }
 
 impl SemaphorePermits {
-    pub(super) fn new(semaphore: Semaphore, permits: i64) -> SemaphorePermits {
+    pub(super) fn new(semaphore: Semaphore, permits: u32) -> SemaphorePermits {
         let giving = semaphore.clone();
         let owed = (semaphore.inner.engine.owed())
             .hold(Box::new(move || Box::pin(giving.release(permits))));
@@ -50,7 +50,7 @@ impl SemaphorePermits {
     }
 
     /// How many permits this guard holds.
-    pub fn permits(&self) -> i64 {
+    pub fn permits(&self) -> u32 {
         self.permits
     }
 
@@ -61,7 +61,7 @@ impl SemaphorePermits {
 
     /// Keeps the permits taken: nothing is given back, now, on drop or at shutdown.
     /// Returns how many.
-    pub fn forget(mut self) -> i64 {
+    pub fn forget(mut self) -> u32 {
         self.still_owed();
         self.permits
     }
