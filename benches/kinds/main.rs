@@ -14,6 +14,11 @@
 //!   beside the plain lock's handoff and bare EVALSHA round trips sampled between the
 //!   rounds. Then the fairness figure: 16 tasks contending in a loop on one fair lock with a
 //!   1 ms hold; the longest wait vs 16 × (hold + 3 round trips), and every task's count.
+//! - `fair_herd` (a measurement): 3,000 fair waiters of one `LockClient` with waits of
+//!   0.3–2 s on one held lock, all of which run out, then the holder's release; twice on a
+//!   quiet machine and twice with three CPU-burning threads beside it. How late the waits
+//!   ended, what was left in line 1 s after the last returned, the holder's unlock and a
+//!   fresh waiter's acquisition after the release.
 //! - `read_throughput` (criterion): read lock + unlock from 64 tasks on one
 //!   `ReadWriteLock` name, one `LockClient`, beside the plain lock's `parallel_64` workload
 //!   (each task its own lock) and the bare scripts from 64 tasks; then each side's client
@@ -35,6 +40,7 @@ mod commands;
 #[path = "../common/mod.rs"]
 mod common;
 mod fair;
+mod herd;
 mod multi;
 mod read;
 mod replica;
@@ -47,6 +53,7 @@ use redisson_lock::LockClient;
 
 use commands::commands_per_acquisition;
 use fair::fair_handoff;
+use herd::fair_herd;
 use multi::multi_lock;
 use read::read_throughput;
 use replica::replica_ack;
@@ -73,6 +80,7 @@ fn main() {
         (a, b, Bare::connect(&url).await)
     });
     fair_handoff(&rt, (&a, &b), &bare, &args);
+    fair_herd(&rt, &server, &args);
     let mut c = Criterion::default().configure_from_args();
     read_throughput(&mut c, &rt, &server, &a, &bare);
     commands_per_acquisition(&rt, &server, (&a, &b), &bare, &args);

@@ -6,10 +6,10 @@
 
 pub(crate) mod latches;
 pub(crate) mod owed;
+pub(crate) mod queue_exits;
 pub(crate) mod records;
 pub(crate) mod watchdog;
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -17,15 +17,15 @@ use std::time::Duration;
 use fred::clients::Client;
 use fred::error::Error as RedisError;
 use fred::interfaces::ClientLike;
-use parking_lot::Mutex;
 use tokio::sync::{watch, OwnedRwLockReadGuard, RwLock};
 use uuid::Uuid;
 
 use crate::base::background::spawn_or;
 use crate::base::error::{map_redis_error, Error, Result};
-use crate::base::keys::{self, LockKeys, Str};
+use crate::base::keys::{self, LockKeys};
 use crate::base::owner::LockOwner;
 use crate::engine::latches::Latches;
+use crate::engine::queue_exits::QueueExits;
 use crate::engine::watchdog::Watchdog;
 use crate::topology::link::Link;
 use crate::topology::pubsub::{Choice, PubSub};
@@ -88,82 +88,6 @@ pub(crate) struct Engine {
     done_records: records::DoneRecords,
     /// Clients this crate built, and so quits on shutdown.
     owns_redis: bool,
-}
-
-/// This client's fair waiters that may be in a queue, each with the script that takes it
-/// out (`fair_acquire_failed.lua`): shutdown runs them all before it closes the connection.
-/// A waiter is registered before its first acquire script and unregistered when it got
-/// the lock or has left the queue.
-#[derive(Default)]
-pub(crate) struct QueueExits {
-    next_id: AtomicU64,
-    registry: Mutex<Registry>,
-}
-
-#[derive(Default)]
-struct Registry {
-    waiters: HashMap<u64, QueuedWaiter>,
-    /// Shutdown took the waiters: from then on nobody can join a queue, and nothing is kept.
-    taken: bool,
-}
-
-/// A waiter in a fair queue: the place it waits for (tasks sharing an owner share one), and
-/// the script that takes that place out.
-struct QueuedWaiter {
-    place: Str,
-    leave: Call,
-    leaving: bool,
-}
-
-impl QueueExits {
-    /// Registers a waiter about to join a queue at `place` (the queue and the owner); `leave`
-    /// takes it out again.
-    pub(crate) fn register(&self, place: Str, leave: Call) -> u64 {
-        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let mut registry = self.registry.lock();
-        if !registry.taken {
-            let waiter = QueuedWaiter {
-                place,
-                leave,
-                leaving: false,
-            };
-            registry.waiters.insert(id, waiter);
-        }
-        id
-    }
-
-    /// A new id, unique in this client, for a wait's fence (see `OnTheWire`).
-    pub(crate) fn wait_id(&self) -> u64 {
-        self.next_id.fetch_add(1, Ordering::Relaxed)
-    }
-
-    /// Waiter `id` gives up: whether its place must be taken out of the queue, which is so
-    /// unless another task of the same owner still waits for it.
-    pub(crate) fn leaving(&self, id: u64) -> bool {
-        let mut registry = self.registry.lock();
-        let Some(place) = registry.waiters.get_mut(&id).map(|waiter| {
-            waiter.leaving = true;
-            waiter.place.clone()
-        }) else {
-            return true;
-        };
-        !(registry.waiters.values()).any(|waiter| waiter.place == place && !waiter.leaving)
-    }
-
-    /// The waiter got the lock or left the queue.
-    pub(crate) fn unregister(&self, id: u64) {
-        self.registry.lock().waiters.remove(&id);
-    }
-
-    fn take_all(&self) -> Vec<Call> {
-        let mut registry = self.registry.lock();
-        registry.taken = true;
-        registry
-            .waiters
-            .drain()
-            .map(|(_, waiter)| waiter.leave)
-            .collect()
-    }
 }
 
 impl Engine {

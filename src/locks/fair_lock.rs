@@ -9,6 +9,7 @@ use std::time::Duration;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
+use fred::error::{Error as RedisError, ErrorKind};
 use fred::types::Value;
 
 use crate::base::background::spawn_or;
@@ -25,11 +26,13 @@ use crate::core::kind::{sealed, Kind, Plain};
 use crate::core::protocol::{Exit, OnTheWire, Place, Protocol, Target, WaitMark};
 use crate::core::release::latch_ttl;
 use crate::core::wait::Wait;
+use crate::engine::queue_exits::{Departure, QueueExits, Told};
 use crate::locks::exclusive::ExclusiveLock;
 #[cfg(doc)]
 use crate::locks::lock::Lock;
 use crate::topology::script::{
-    static_arg, Call, Script, FAIR_ACQUIRE, FAIR_ACQUIRE_FAILED, FAIR_FORCE_RELEASE, FAIR_RELEASE,
+    static_arg, Call, Script, FAIR_ACQUIRE, FAIR_ACQUIRE_FAILED, FAIR_FORCE_RELEASE,
+    FAIR_LEAVE_MANY, FAIR_RELEASE,
 };
 
 /// A reentrant distributed lock granted in order of arrival: FIFO, with a per-waiter
@@ -97,6 +100,24 @@ impl Fair {
             Wait::Until(_, limit) => millis(limit).max(1),
             Wait::Once | Wait::Forever => millis(lock.engine.settings().fair_wait_timeout),
         }
+    }
+
+    /// `lua/fair_leave_many.lua`: takes the owners of `batch` out of the queue at once, as
+    /// [`leave_call`](Self::leave_call) would one after the other without a fence.
+    fn leave_many_call(lock: &Target, batch: &[Departure]) -> Call {
+        let keys = &lock.keys;
+        let mut args = Vec::with_capacity(2 + 2 * batch.len());
+        args.extend([Value::from(UNLOCK_MESSAGE), lock.publish()]);
+        for departure in batch {
+            args.push(Value::String(departure.owner.clone()));
+            args.push(Value::from(departure.wait_ms));
+        }
+        let (queue, deadlines) = (keys.fair_queue(), keys.fair_timeouts());
+        Call::new(
+            &FAIR_LEAVE_MANY,
+            &[&queue, &deadlines, &keys.raw, &keys.channel],
+            args,
+        )
     }
 
     /// `lua/fair_acquire_failed.lua` (§4.5): sets the fence of the wait `mark` (an attempt
@@ -362,8 +383,12 @@ async fn leave(armed: &Armed, keep: bool, tried: oneshot::Sender<()>) {
     let mut sent = 1;
     loop {
         let fenced = on_the_wire.had_unknown();
-        let call = Fair::leave_call(lock, owner, *wait_ms, on_the_wire.mark(), (fenced, keep));
-        let outcome = lock.engine.run(call, &lock.name).await;
+        let outcome = if fenced || keep {
+            let call = Fair::leave_call(lock, owner, *wait_ms, on_the_wire.mark(), (fenced, keep));
+            lock.engine.run(call, &lock.name).await.map(drop)
+        } else {
+            depart_together(lock, owner, *wait_ms).await
+        };
         if let Some(tried) = tried.take() {
             let _ = tried.send(());
         }
@@ -383,4 +408,67 @@ async fn leave(armed: &Armed, keep: bool, tried: oneshot::Sender<()>) {
         }
     }
     lock.engine.queue_exits().unregister(*id);
+}
+
+/// Takes `owner` out of `lock`'s queue together with the other waiters of this client that
+/// leave it meanwhile: filed with them, and sent in one script (`lua/fair_leave_many.lua`)
+/// by the first of them, while the script before it runs. Once its own departure is
+/// answered, the sender hands the sending over to the next waiter filed. How the script
+/// that took it out went.
+async fn depart_together(lock: &Target, owner: &LockOwner, wait_ms: i64) -> Result<(), Error> {
+    let exits = lock.engine.queue_exits();
+    let queue: Str = lock.keys.fair_queue().into();
+    if let Some(telling) = exits.depart(&queue, owner.field().clone(), wait_ms) {
+        match telling.await {
+            Ok(Told::Left(outcome)) => return outcome,
+            Ok(Told::Send) => {}
+            // A sender cancelled before it sent this departure: one more try, as after a
+            // failure.
+            Err(_) => return Err(lost_sender()),
+        }
+    }
+    let mut sending = Sending {
+        exits,
+        queue: &queue,
+        done: false,
+    };
+    let mut own = None;
+    while own.is_none() {
+        let batch = exits.next_departures(&queue);
+        if batch.is_empty() {
+            break;
+        }
+        let call = Fair::leave_many_call(lock, &batch);
+        let sent = lock.engine.run(call, &lock.name).await.map(drop);
+        for departure in batch {
+            match departure.told {
+                Some(told) => drop(told.send(Told::Left(sent.clone()))),
+                None => own = Some(sent.clone()),
+            }
+        }
+    }
+    sending.done = true;
+    exits.hand_over(&queue);
+    own.unwrap_or_else(|| Err(lost_sender()))
+}
+
+/// A departure that no sender took out: tried again, as after a failure.
+fn lost_sender() -> Error {
+    let why = "the sender of the queue's departures stopped";
+    Error::Redis(RedisError::new(ErrorKind::Canceled, why))
+}
+
+/// The sender of a queue's departures, while it sends: cancelled, it lets the others know.
+struct Sending<'a> {
+    exits: &'a QueueExits,
+    queue: &'a Str,
+    done: bool,
+}
+
+impl Drop for Sending<'_> {
+    fn drop(&mut self) {
+        if !self.done {
+            self.exits.abandon_departures(self.queue);
+        }
+    }
 }

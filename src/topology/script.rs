@@ -159,6 +159,7 @@ scripts! {
     RENEW_BATCH => "renew_batch" with "permit", "common",
     FAIR_ACQUIRE => "fair_acquire" with "permit", "common", "fair_queue",
     FAIR_ACQUIRE_FAILED => "fair_acquire_failed" with "permit", "publish", "fair_queue",
+    FAIR_LEAVE_MANY => "fair_leave_many" with "permit", "publish",
     FAIR_RELEASE => "fair_release" with "permit", "common", "publish", "release", "fair_queue",
     FAIR_FORCE_RELEASE => "fair_force_release" with "permit", "publish", "fair_queue",
     FENCED_ACQUIRE => "fenced_acquire" with "permit", "common",

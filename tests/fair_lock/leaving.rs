@@ -163,3 +163,105 @@ async fn a_task_giving_up_leaves_its_owners_place_to_the_others() {
     woken_and_released("the owner's staying task", staying).await;
     woken_and_released("the later waiter", last).await;
 }
+
+/// A line of twelve waiters, Java's and ours, with uneven gaps between their deadlines and
+/// one without a deadline, the first after `start` (ms), under `name` (held by someone when
+/// `held`).
+fn fill_line(server: &RedisServer, name: &str, held: bool, start: i64) -> Vec<String> {
+    let waiters: Vec<String> = (0..12)
+        .map(|i| match i % 3 {
+            0 => format!("{JAVA_CLIENT}:{i}"),
+            _ => format!("ours:{i}"),
+        })
+        .collect();
+    let gaps = [
+        5000, 3000, 5000, 1000, 7000, 5000, 2000, 5000, 5000, 4000, 5000, 6000,
+    ];
+    let mut deadline = start;
+    for (i, waiter) in waiters.iter().enumerate() {
+        deadline += gaps[i];
+        server.command(&["RPUSH", &queue_key(name), waiter]);
+        if i != 7 {
+            let score = deadline.to_string();
+            server.command(&["ZADD", &timeouts_key(name), &score, waiter]);
+        }
+    }
+    if held {
+        server.command(&["HSET", name, "holder:1", "1"]);
+    }
+    waiters
+}
+
+/// The line and every deadline of `name`.
+fn line_state(server: &RedisServer, name: &str) -> (Vec<String>, String) {
+    let deadlines = server.command(&["ZRANGE", &timeouts_key(name), "0", "-1", "WITHSCORES"]);
+    (queued(server, name), deadlines)
+}
+
+fn queue_script_keys(name: &str) -> [String; 4] {
+    let channel = format!("redisson_lock__channel:{{{name}}}");
+    [
+        queue_key(name),
+        timeouts_key(name),
+        name.to_owned(),
+        channel,
+    ]
+}
+
+/// Departures sent together (`lua/fair_leave_many.lua`) leave the line exactly as the same
+/// departures one after the other from the front (`lua/fair_acquire_failed.lua`, Java's
+/// acquireFailed with its moves): the same waiters in the same order, the same deadlines.
+/// Java waiters between ours keep their places; the order the departures were filed in does
+/// not matter; the head leaving a free lock tells the first waiter that stays.
+#[tokio::test]
+async fn departures_sent_together_leave_the_line_as_one_after_the_other() {
+    let server = RedisServer::start();
+    let (together, apart) = (lua("fair_leave_many"), lua("fair_acquire_failed"));
+    for (round, (leavers, held)) in [
+        (vec![(1, 5000), (4, 5000), (5, 3000), (10, 5000)], true),
+        (
+            vec![(10, 5000), (0, 5000), (2, 9000), (6, 700), (8, 5000)],
+            true,
+        ),
+        (vec![(1, 4000), (0, 5000), (7, 5000), (11, 5000)], false),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let (one_by_one, at_once) = (format!("apart-{round}"), format!("together-{round}"));
+        let start = now_ms() + 3_600_000;
+        let waiters = fill_line(&server, &one_by_one, held, start);
+        fill_line(&server, &at_once, held, start);
+        let mut front_first = leavers.clone();
+        front_first.sort();
+        for (i, wait) in &front_first {
+            let keys = queue_script_keys(&one_by_one);
+            let wait = wait.to_string();
+            let args = [waiters[*i].as_str(), &wait, "0", "publish"];
+            let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+            server.command(&[&["EVAL", apart.as_str(), "4"][..], &keys, &args].concat());
+        }
+        let head_told = format!("redisson_lock__channel:{{{at_once}}}:{}", waiters[2]);
+        let mut listener = Listener::channel(&server, &head_told).await;
+        let keys = queue_script_keys(&at_once);
+        let mut command: Vec<String> = vec!["EVAL".into(), together.clone(), "4".into()];
+        command.extend(keys);
+        command.extend(["0".into(), "publish".into()]);
+        for (i, wait) in &leavers {
+            command.extend([waiters[*i].clone(), wait.to_string()]);
+        }
+        let command: Vec<&str> = command.iter().map(String::as_str).collect();
+        assert_eq!(server.command(&command), "(nil)");
+
+        let (apart_line, apart_deadlines) = line_state(&server, &one_by_one);
+        let (together_line, together_deadlines) = line_state(&server, &at_once);
+        assert_eq!(together_line, apart_line, "round {round}");
+        assert_eq!(together_deadlines, apart_deadlines, "round {round}");
+        assert_eq!(together_line.len(), waiters.len() - leavers.len());
+        if !held {
+            // The head left a free lock: the first waiter that stays (waiter 2) is told.
+            assert_eq!(listener.next().await, (head_told, "0".to_owned()));
+        }
+        listener.no_more().await;
+    }
+}
