@@ -1,0 +1,376 @@
+//! The `redisson-lock doctor` command against real servers: what it finds on a healthy
+//! deployment and on each planted fault, its exit codes, and its JSON.
+
+mod support;
+#[path = "support/tool.rs"]
+mod tool;
+
+use serde_json::Value;
+use support::*;
+use tool::*;
+
+/// The findings of `answer` whose check is `check`.
+fn findings<'a>(answer: &'a Value, check: &str) -> Vec<&'a Value> {
+    answer["findings"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no findings in {answer}"))
+        .iter()
+        .filter(|finding| finding["check"] == check)
+        .collect()
+}
+
+/// The one finding of `check`, which must be there.
+fn finding<'a>(answer: &'a Value, check: &str) -> &'a Value {
+    let found = findings(answer, check);
+    assert_eq!(found.len(), 1, "one {check} finding expected in {answer:#}");
+    found[0]
+}
+
+/// The checks of `answer` with `severity`.
+fn checks(answer: &Value, severity: &str) -> Vec<String> {
+    answer["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|finding| finding["severity"] == severity)
+        .map(|finding| finding["check"].as_str().unwrap().to_string())
+        .collect()
+}
+
+/// `--url` with a user and password.
+fn url_as(server: &RedisServer, user: &str, password: &str) -> String {
+    format!("redis://{user}:{password}@127.0.0.1:{}", server.port())
+}
+
+#[test]
+fn the_server_is_named_with_its_version() {
+    let server = RedisServer::start();
+    let (answer, _) = run_json(&server, &["doctor"]);
+    let info = server.command(&["INFO", "server"]);
+    let version = info
+        .lines()
+        .find_map(|line| line.strip_prefix("redis_version:"))
+        .unwrap()
+        .trim();
+    let valkey = info
+        .lines()
+        .find_map(|line| line.strip_prefix("valkey_version:"))
+        .map(str::trim);
+    assert_eq!(answer["deployment"]["kind"], "single");
+    assert_eq!(
+        answer["deployment"]["server"],
+        if valkey.is_some() { "Valkey" } else { "Redis" }
+    );
+    assert_eq!(answer["deployment"]["version"], valkey.unwrap_or(version));
+    let rated = finding(&answer, "server.version");
+    assert_eq!(rated["severity"], "fine", "{rated}");
+    assert!(rated["what"]
+        .as_str()
+        .unwrap()
+        .contains(valkey.unwrap_or(version)));
+    assert_eq!(rated["doc"], "docs/compatibility.md#servers");
+    // The schema every finding follows.
+    for finding in answer["findings"].as_array().unwrap() {
+        for field in ["severity", "check", "what", "advice", "doc"] {
+            assert!(finding[field].is_string(), "{field} in {finding}");
+        }
+        assert!(["problem", "warning", "fine"].contains(&finding["severity"].as_str().unwrap()));
+        assert!(
+            finding["doc"].as_str().unwrap().starts_with("docs/"),
+            "{finding}"
+        );
+    }
+    // Read-only: the doctor wrote no key.
+    assert_eq!(server.command(&["DBSIZE"]), "0");
+}
+
+#[test]
+fn a_user_refused_info_pexpire_and_the_channel_is_told_exactly_what_to_grant() {
+    let server = RedisServer::start();
+    let reply = server.command(&[
+        "ACL",
+        "SETUSER",
+        "locker",
+        "on",
+        ">pw",
+        "~*",
+        "resetchannels",
+        "+@all",
+        "-@dangerous",
+        "+acl|dryrun",
+        "+acl|whoami",
+        "-pexpire",
+    ]);
+    assert_eq!(reply, "OK");
+    let url = url_as(&server, "locker", "pw");
+    let (answer, code) = run_json_at(&url, &["doctor", "--name", "orders:7"]);
+    assert_eq!(code, 6, "{answer:#}");
+    assert_eq!(answer["exit_code"], 6);
+    assert_eq!(answer["deployment"]["user"], "locker");
+
+    let locks = finding(&answer, "permissions.locks");
+    assert_eq!(locks["severity"], "problem", "{locks}");
+    let advice = locks["advice"].as_str().unwrap();
+    assert!(advice.starts_with("ACL SETUSER locker "), "{advice}");
+    assert!(advice.contains("+pexpire"), "{advice}");
+    assert!(
+        advice.contains("&redisson_lock__channel:{orders:7}"),
+        "{advice}"
+    );
+    assert!(!advice.contains('~'), "every key is allowed: {advice}");
+
+    let waiting = finding(&answer, "permissions.waiting");
+    assert_eq!(waiting["severity"], "problem", "{waiting}");
+    assert!(waiting["advice"]
+        .as_str()
+        .unwrap()
+        .contains("&redisson_lock__channel:{orders:7}"));
+
+    let replica_check = finding(&answer, "permissions.replica_check");
+    assert_eq!(replica_check["severity"], "problem", "{replica_check}");
+    assert!(replica_check["advice"].as_str().unwrap().contains("+info"));
+
+    // INFO refused, the version still comes from HELLO.
+    assert_eq!(finding(&answer, "server.version")["severity"], "fine");
+
+    // The same user with what the doctor said granted: no permission problem left.
+    let granted = server.command(&[
+        "ACL",
+        "SETUSER",
+        "locker",
+        "+pexpire",
+        "+info",
+        "&redisson_lock__channel:{orders:7}",
+        "&redisson_rwlock:{orders:7}",
+        "&redisson_sc:{orders:7}",
+        "&redisson_countdownlatch__channel__{orders:7}",
+    ]);
+    assert_eq!(granted, "OK");
+    let (answer, _) = run_json_at(&url, &["doctor", "--name", "orders:7"]);
+    let problems = checks(&answer, "problem");
+    assert!(
+        !problems
+            .iter()
+            .any(|check| check.starts_with("permissions.")),
+        "{answer:#}"
+    );
+}
+
+#[test]
+fn a_user_who_may_not_run_acl_dryrun_gets_unknown_permissions() {
+    let server = RedisServer::start();
+    let reply = server.command(&[
+        "ACL",
+        "SETUSER",
+        "plain",
+        "on",
+        ">pw",
+        "~*",
+        "&*",
+        "+@all",
+        "-@dangerous",
+    ]);
+    assert_eq!(reply, "OK");
+    let (answer, code) = run_json_at(&url_as(&server, "plain", "pw"), &["doctor"]);
+    let unknown = finding(&answer, "permissions.unknown");
+    assert_eq!(unknown["severity"], "warning", "{unknown}");
+    let what = unknown["what"].as_str().unwrap();
+    assert!(what.contains("ACL DRYRUN"), "{what}");
+    assert!(unknown["advice"].as_str().unwrap().contains("+acl|dryrun"));
+    assert!(
+        findings(&answer, "permissions.locks").is_empty(),
+        "no guess: {answer:#}"
+    );
+    assert_ne!(code, 0, "{answer:#}");
+}
+
+#[test]
+fn an_unreachable_server_is_a_redis_error() {
+    let url = {
+        let server = RedisServer::start();
+        server.url()
+    };
+    let (answer, code) = run_json_at(&url, &["doctor"]);
+    assert_eq!(code, 3, "{answer}");
+    assert_eq!(answer["event"], "error");
+}
+
+/// The warnings of `answer`.
+fn warnings(answer: &Value) -> Vec<String> {
+    checks(answer, "warning")
+}
+
+/// A master with persistence and one replica in sync.
+fn master_with_replica() -> (RedisServer, RedisServer) {
+    let master = RedisServer::start_with(
+        true,
+        &[
+            "--repl-diskless-sync",
+            "yes",
+            "--repl-diskless-sync-delay",
+            "0",
+        ],
+    );
+    let replica = support::topology::start_replica_of(&master);
+    (master, replica)
+}
+
+#[test]
+fn a_healthy_master_with_a_replica_is_fine() {
+    let (master, replica) = master_with_replica();
+    master.command(&["CONFIG", "SET", "min-replicas-to-write", "1"]);
+    master.command(&["CONFIG", "SET", "min-replicas-max-lag", "10"]);
+    let (answer, code) = run_json(&master, &["doctor"]);
+    assert!(checks(&answer, "problem").is_empty(), "{answer:#}");
+    assert!(warnings(&answer).is_empty(), "{answer:#}");
+    let slow = checks(&answer, "warning").len();
+    assert_eq!(code, if slow == 0 { 0 } else { 1 }, "{answer:#}");
+    let replicas = finding(&answer, "replication.replicas");
+    assert_eq!(replicas["severity"], "fine");
+    let port = replica.port().to_string();
+    assert!(
+        replicas["what"].as_str().unwrap().contains(&port),
+        "{replicas}"
+    );
+    assert_eq!(finding(&answer, "replication.link")["severity"], "fine");
+    assert_eq!(
+        finding(&answer, "replication.min_replicas")["severity"],
+        "fine"
+    );
+    assert_eq!(finding(&answer, "persistence")["severity"], "fine");
+
+    // The same in words, grouped.
+    let output = run(&master, &["doctor"]);
+    let text = String::from_utf8(output.stdout).unwrap();
+    assert!(text.contains("Fine ("), "{text}");
+    assert!(!text.contains("Problems ("), "{text}");
+    assert!(text.contains("[replication.replicas]"), "{text}");
+}
+
+#[test]
+fn a_master_without_a_replica_is_a_warning() {
+    let server = RedisServer::start_with_persistence();
+    let (answer, code) = run_json(&server, &["doctor"]);
+    assert_eq!(code, 1, "{answer:#}");
+    assert_eq!(warnings(&answer), ["replication.replicas"], "{answer:#}");
+    let alone = finding(&answer, "replication.replicas");
+    assert!(
+        alone["what"].as_str().unwrap().contains("no replica"),
+        "{alone}"
+    );
+    assert_eq!(alone["doc"], "docs/topologies.md#a-master-with-replicas");
+}
+
+#[test]
+fn min_replicas_to_write_unset_too_high_or_a_replica_named_are_found() {
+    let (master, replica) = master_with_replica();
+    let (answer, code) = run_json(&master, &["doctor"]);
+    let unset = finding(&answer, "replication.min_replicas");
+    assert_eq!(unset["severity"], "warning", "{unset}");
+    assert!(unset["what"]
+        .as_str()
+        .unwrap()
+        .contains("min-replicas-to-write is 0"));
+    assert!(unset["advice"]
+        .as_str()
+        .unwrap()
+        .contains("CONFIG SET min-replicas-to-write 1"));
+    assert_eq!(code, 1, "{answer:#}");
+
+    // More replicas asked for than there are: every write is refused.
+    master.command(&["CONFIG", "SET", "min-replicas-to-write", "2"]);
+    let (answer, code) = run_json(&master, &["doctor"]);
+    let refused = finding(&answer, "replication.min_replicas");
+    assert_eq!(refused["severity"], "problem", "{refused}");
+    assert!(refused["what"].as_str().unwrap().contains("NOREPLICAS"));
+    assert_eq!(code, 6, "{answer:#}");
+
+    // A delay before each full sync, while writes wait for a replica.
+    master.command(&["CONFIG", "SET", "min-replicas-to-write", "1"]);
+    master.command(&["CONFIG", "SET", "repl-diskless-sync-delay", "5"]);
+    let (answer, _) = run_json(&master, &["doctor"]);
+    let delay = finding(&answer, "replication.sync_delay");
+    assert_eq!(delay["severity"], "warning", "{delay}");
+    assert!(delay["what"].as_str().unwrap().contains("5 s"), "{delay}");
+
+    // The URL names the replica.
+    let (answer, code) = run_json(&replica, &["doctor"]);
+    let role = finding(&answer, "replication.role");
+    assert_eq!(role["severity"], "problem", "{role}");
+    let master_port = master.port().to_string();
+    assert!(
+        role["advice"].as_str().unwrap().contains(&master_port),
+        "{role}"
+    );
+    assert_eq!(code, 6, "{answer:#}");
+}
+
+#[test]
+fn a_sentinel_down_is_a_warning_with_the_quorum_kept() {
+    let mut setup = support::topology::SentinelSetup::start();
+    let down = setup.sentinels[2].port();
+    setup.sentinels[2].stop();
+    let (answer, code) = run_json_at(&setup.url(), &["doctor"]);
+    assert_eq!(answer["deployment"]["kind"], "sentinel", "{answer:#}");
+    let master = setup.master_port().to_string();
+    assert!(
+        answer["deployment"]["address"]
+            .as_str()
+            .unwrap()
+            .ends_with(&master),
+        "{answer:#}"
+    );
+    let reachable = finding(&answer, "sentinel.reachable");
+    assert_eq!(reachable["severity"], "warning", "{reachable}");
+    let what = reachable["what"].as_str().unwrap();
+    assert!(what.contains("2 of the 3"), "{what}");
+    assert!(what.contains(&down.to_string()), "{what}");
+    assert_eq!(finding(&answer, "sentinel.master")["severity"], "fine");
+    assert_eq!(finding(&answer, "sentinel.quorum")["severity"], "fine");
+    assert_eq!(finding(&answer, "sentinel.timings")["severity"], "fine");
+    assert_eq!(finding(&answer, "replication.replicas")["severity"], "fine");
+    assert_eq!(code, 1, "{answer:#}");
+
+    // One more down: fewer than the quorum (2) answer.
+    setup.sentinels[1].stop();
+    let (answer, code) = run_json_at(&setup.url(), &["doctor"]);
+    assert_eq!(
+        finding(&answer, "sentinel.reachable")["severity"],
+        "problem"
+    );
+    assert_eq!(code, 6, "{answer:#}");
+}
+
+#[test]
+fn a_cluster_slot_without_a_master_is_a_problem() {
+    let cluster = support::topology::Cluster::start();
+    let (answer, code) = run_json_at(&cluster.url(), &["doctor"]);
+    assert_eq!(answer["deployment"]["kind"], "cluster", "{answer:#}");
+    assert_eq!(
+        finding(&answer, "cluster.slots")["severity"],
+        "fine",
+        "{answer:#}"
+    );
+    assert_eq!(finding(&answer, "cluster.replicas")["severity"], "fine");
+    assert_eq!(finding(&answer, "cluster.node_timeout")["severity"], "fine");
+    assert_eq!(
+        findings(&answer, "replication.replicas").len(),
+        3,
+        "{answer:#}"
+    );
+    assert!(checks(&answer, "problem").is_empty(), "{answer:#}");
+    assert_ne!(code, 6);
+
+    // Slot 100 forgotten by every node.
+    for server in &cluster.servers {
+        assert_eq!(server.command(&["CLUSTER", "DELSLOTS", "100"]), "OK");
+    }
+    let (answer, code) = run_json_at(&cluster.url(), &["doctor"]);
+    let slots = finding(&answer, "cluster.slots");
+    assert_eq!(slots["severity"], "problem", "{slots}");
+    assert!(
+        slots["what"].as_str().unwrap().contains(": 100;"),
+        "{slots}"
+    );
+    assert_eq!(code, 6, "{answer:#}");
+}
