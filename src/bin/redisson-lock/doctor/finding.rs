@@ -109,6 +109,8 @@ pub(crate) mod doc {
     pub(crate) const PERSISTENCE: &str = "docs/topologies.md#one-server";
     pub(crate) const SENTINEL: &str = "docs/topologies.md#sentinel";
     pub(crate) const CLUSTER: &str = "docs/topologies.md#cluster";
+    pub(crate) const CLOCKS: &str = "docs/reliability.md#the-fair-lock-and-the-clock";
+    pub(crate) const LATENCY: &str = "docs/operations.md#round-trips-and-clocks";
     pub(crate) const TIMEOUTS: &str = "docs/topologies.md#failover-timings-and-the-lease";
 }
 

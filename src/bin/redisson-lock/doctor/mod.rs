@@ -5,10 +5,12 @@
 //! The checks, each in its own file: the server and its version (`server.rs`), the user's
 //! permissions (`permissions.rs`), each master's replication and persistence
 //! (`replication.rs`), the Sentinels (`sentinel.rs`) and the cluster (`cluster.rs`), which
-//! also find the masters to look at. The connections and the commands they send are in
+//! also find the masters to look at, and each master's round trip and clock as this machine
+//! sees them (`clients.rs`). The connections and the commands they send are in
 //! `node.rs`, the findings in `finding.rs`; this file reaches the deployment, runs the checks
 //! and prints. It never guesses: what it cannot read is a warning saying so and why.
 
+mod clients;
 mod cluster;
 mod finding;
 mod node;
@@ -81,6 +83,9 @@ pub(crate) async fn doctor(cli: &Cli, name: &str) -> Outcome {
     for master in &masters {
         let single = shape == Shape::Single;
         findings.extend(replication::check(master, &config, single).await);
+    }
+    for master in &masters {
+        findings.extend(clients::check(master).await);
     }
 
     // Problems first, then warnings, then what is fine; in the order checked within each.
