@@ -78,7 +78,8 @@ const AFTER_HELP: &str = "DURATION is a number with a unit: 250ms, 10s, 2m, 1h (
 means seconds).\n\nExit codes: 0 done; 1 the lock was not in the state asked for (nothing to \
 free, not acquired in time, lease lost); 2 bad arguments (a bad URL, name or duration); 3 Redis \
 unreachable or refusing; 4 not confirmed; 5 the name is not what the command applies to \
-(not a lock; not a semaphore or latch); 130 interrupted while holding.\n\nThe global options (--url, --prefix, --json) go before or after the command's name: \
+(not a lock; not a semaphore or latch); 6 `doctor` found problems; 130 interrupted while \
+holding.\n\nThe global options (--url, --prefix, --json) go before or after the command's name: \
 see `redisson-lock --help`.";
 
 /// The doctor's help ends with its own exit codes.
