@@ -393,3 +393,34 @@ fn a_cluster_slot_without_a_master_is_a_problem() {
     );
     assert_eq!(code, 6, "{answer:#}");
 }
+
+#[test]
+fn a_user_refused_sentinel_master_gets_the_quorum_unknown_not_guessed() {
+    let setup = support::topology::SentinelSetup::start();
+    let url = setup.url();
+    // Every Sentinel refuses SENTINEL MASTER to the default user, which still reads the
+    // master's address as the client does.
+    for sentinel in &setup.sentinels {
+        let reply = sentinel.command(&["ACL", "SETUSER", "default", "-sentinel|master"]);
+        assert_eq!(reply, "OK");
+    }
+    let (answer, _) = run_json_at(&url, &["doctor"]);
+    let master = setup.master_port().to_string();
+    assert!(
+        answer["deployment"]["address"]
+            .as_str()
+            .unwrap()
+            .ends_with(&master),
+        "{answer:#}"
+    );
+    assert_eq!(finding(&answer, "sentinel.reachable")["severity"], "fine");
+    for check in ["sentinel.quorum", "sentinel.timings"] {
+        let unknown = finding(&answer, check);
+        assert_eq!(unknown["severity"], "warning", "{unknown}");
+        let what = unknown["what"].as_str().unwrap();
+        assert!(
+            what.contains("unknown: SENTINEL MASTER was refused"),
+            "{what}"
+        );
+    }
+}

@@ -23,6 +23,8 @@ struct View {
     sentinel: String,
     master: BTreeMap<String, String>,
     replicas: Result<Vec<BTreeMap<String, String>>, String>,
+    /// Why the master's state (quorum, timings, flags) is missing, when it is.
+    refused: Option<String>,
 }
 
 /// Asks every Sentinel of the URL about `service`, then connects to the master.
@@ -63,9 +65,40 @@ pub(crate) async fn reach(
                     sentinel: address,
                     master: fields(&reply),
                     replicas,
+                    refused: None,
                 });
             }
-            Err(why) => silent.push(format!("{address} (SENTINEL MASTER {service}: {why})")),
+            // The address alone, as the client reads it, when SENTINEL MASTER is refused.
+            Err(refused) => match node
+                .text(&["SENTINEL", "GET-MASTER-ADDR-BY-NAME", service])
+                .await
+            {
+                Ok(reply) if reply.lines().count() == 2 => {
+                    let mut lines = reply.lines();
+                    let master = BTreeMap::from([
+                        (
+                            "ip".to_string(),
+                            lines.next().unwrap_or_default().to_string(),
+                        ),
+                        (
+                            "port".to_string(),
+                            lines.next().unwrap_or_default().to_string(),
+                        ),
+                    ]);
+                    let why = format!("SENTINEL MASTER was refused ({refused})");
+                    views.push(View {
+                        sentinel: address,
+                        master,
+                        replicas: Err(why.clone()),
+                        refused: Some(why),
+                    });
+                }
+                Ok(_) => silent.push(format!("{address} (does not know {service:?})")),
+                Err(why) => silent.push(format!(
+                    "{address} (SENTINEL MASTER {service}: {refused}; \
+                     SENTINEL GET-MASTER-ADDR-BY-NAME: {why})"
+                )),
+            },
         }
         node.close().await;
     }
@@ -83,9 +116,14 @@ pub(crate) async fn reach(
         )
     };
     let master_address = named(first);
+    // The master's state, from a Sentinel that let SENTINEL MASTER be read, if any did.
+    let state = views
+        .iter()
+        .find(|view| view.refused.is_none())
+        .unwrap_or(first);
     let mut findings = Vec::new();
     let field = |name: &str| {
-        first
+        state
             .master
             .get(name)
             .and_then(|value| value.parse::<u64>().ok())
@@ -120,7 +158,7 @@ pub(crate) async fn reach(
             doc::SENTINEL,
         ));
     }
-    let flags = first.master.get("flags").cloned().unwrap_or_default();
+    let flags = state.master.get("flags").cloned().unwrap_or_default();
     if flags.contains("o_down") || flags.contains("s_down") {
         findings.push(Finding::problem(
             "sentinel.master_down",
@@ -129,9 +167,13 @@ pub(crate) async fn reach(
             doc::SENTINEL,
         ));
     }
-    findings.push(quorum_finding(quorum, known, service));
-    findings.push(timings(&first.master, service));
-    findings.extend(replica_views(&first.replicas, &first.sentinel));
+    let why = state
+        .refused
+        .as_deref()
+        .unwrap_or("SENTINEL MASTER did not report it");
+    findings.push(quorum_finding(quorum, known, service, why));
+    findings.push(timings(&state.master, service, why));
+    findings.extend(replica_views(&state.replicas, &state.sentinel));
     let (host, port) = super::node::host_port(&master_address)
         .ok_or_else(|| format!("the Sentinels named no usable master: {master_address:?}"))?;
     let master = Node::connect(base, &host, port)
@@ -187,12 +229,13 @@ fn reachable(listed: usize, answering: usize, silent: &[String], quorum: Option<
 }
 
 /// The quorum against the Sentinels that know each other.
-fn quorum_finding(quorum: Option<u64>, known: Option<u64>, service: &str) -> Finding {
+fn quorum_finding(quorum: Option<u64>, known: Option<u64>, service: &str, why: &str) -> Finding {
     let (Some(quorum), Some(known)) = (quorum, known) else {
         return Finding::unknown(
             "sentinel.quorum",
-            format!("the quorum of {service:?} is unknown: SENTINEL MASTER did not report it"),
-            "run SENTINEL MASTER on a Sentinel to see it".into(),
+            format!("the quorum of {service:?} is unknown: {why}"),
+            "let the user run SENTINEL MASTER on the Sentinels, or run it as an administrator"
+                .into(),
             doc::SENTINEL,
         );
     };
@@ -221,15 +264,16 @@ fn quorum_finding(quorum: Option<u64>, known: Option<u64>, service: &str) -> Fin
 
 /// `down-after-milliseconds` and `failover-timeout` against the lease: holds live through
 /// the outage on their replicated TTL, at least two thirds of the lease.
-fn timings(master: &BTreeMap<String, String>, service: &str) -> Finding {
+fn timings(master: &BTreeMap<String, String>, service: &str, why: &str) -> Finding {
     let get = |name: &str| master.get(name).and_then(|value| value.parse::<u64>().ok());
     let (Some(down_after), Some(failover_timeout)) =
         (get("down-after-milliseconds"), get("failover-timeout"))
     else {
         return Finding::unknown(
             "sentinel.timings",
-            format!("the failover timings of {service:?} are unknown: SENTINEL MASTER did not report them"),
-            "run SENTINEL MASTER on a Sentinel to see them".into(),
+            format!("the failover timings of {service:?} are unknown: {why}"),
+            "let the user run SENTINEL MASTER on the Sentinels, or run it as an administrator"
+                .into(),
             doc::TIMEOUTS,
         );
     };
