@@ -329,6 +329,11 @@ fn a_sentinel_down_is_a_warning_with_the_quorum_kept() {
     let mut setup = support::topology::SentinelSetup::start();
     let down = setup.sentinels[2].port();
     setup.sentinels[2].stop();
+    // Until the first Sentinel marks it down (after down-after-milliseconds), it sees it up.
+    support::topology::settle("the first Sentinel to see the third down", || {
+        let peers = setup.sentinels[0].command(&["SENTINEL", "SENTINELS", "mymaster"]);
+        peers.contains("s_down")
+    });
     let (answer, code) = run_json_at(&setup.url(), &["doctor"]);
     assert_eq!(answer["deployment"]["kind"], "sentinel", "{answer:#}");
     let master = setup.master_port().to_string();
@@ -347,6 +352,10 @@ fn a_sentinel_down_is_a_warning_with_the_quorum_kept() {
     assert_eq!(finding(&answer, "sentinel.master")["severity"], "fine");
     assert_eq!(finding(&answer, "sentinel.quorum")["severity"], "fine");
     assert_eq!(finding(&answer, "sentinel.timings")["severity"], "fine");
+    let peers = finding(&answer, "sentinel.peers");
+    assert_eq!(peers["severity"], "warning", "{peers}");
+    let what = peers["what"].as_str().unwrap();
+    assert!(what.contains(&format!(":{down} (")), "{what}");
     assert_eq!(finding(&answer, "replication.replicas")["severity"], "fine");
     assert_eq!(code, 1, "{answer:#}");
 

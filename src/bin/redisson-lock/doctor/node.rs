@@ -40,7 +40,7 @@ impl Node {
             Ok(Ok(_task)) => Ok(Node { address, client }),
             Ok(Err(error)) => {
                 let _ = client.quit().await;
-                Err(error.details().to_string())
+                Err(connect_words(&address, error))
             }
             Err(_) => {
                 let _ = client.quit().await;
@@ -87,6 +87,20 @@ impl Node {
     pub(crate) async fn close(self) {
         let _ = self.client.quit().await;
     }
+}
+
+/// Why connecting to `address` failed, in the library's words for it ("connection refused:
+/// nothing listens at that address"), without the address, which the finding names.
+fn connect_words(address: &str, error: redisson_lock::fred::error::Error) -> String {
+    let server = address.to_string();
+    let text = redisson_lock::Error::Unreachable {
+        server,
+        source: error,
+    }
+    .to_string();
+    let prefix = format!("cannot connect to Redis at {address}: ");
+    text.strip_prefix(&prefix)
+        .map_or(text.clone(), str::to_string)
 }
 
 /// A reply as text: strings as they are, numbers written out, arrays one element a line.

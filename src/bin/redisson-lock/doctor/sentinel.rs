@@ -23,6 +23,8 @@ struct View {
     sentinel: String,
     master: BTreeMap<String, String>,
     replicas: Result<Vec<BTreeMap<String, String>>, String>,
+    /// The other Sentinels watching the service, as this one sees them.
+    peers: Result<Vec<BTreeMap<String, String>>, String>,
     /// Why the master's state (quorum, timings, flags) is missing, when it is.
     refused: Option<String>,
 }
@@ -61,10 +63,20 @@ pub(crate) async fn reach(
                         }
                         _ => Vec::new(),
                     });
+                let peers = node
+                    .call(&["SENTINEL", "SENTINELS", service])
+                    .await
+                    .map(|reply| match reply {
+                        redisson_lock::fred::types::Value::Array(items) => {
+                            items.iter().map(fields).collect()
+                        }
+                        _ => Vec::new(),
+                    });
                 views.push(View {
                     sentinel: address,
                     master: fields(&reply),
                     replicas,
+                    peers,
                     refused: None,
                 });
             }
@@ -90,6 +102,7 @@ pub(crate) async fn reach(
                         sentinel: address,
                         master,
                         replicas: Err(why.clone()),
+                        peers: Err(why.clone()),
                         refused: Some(why),
                     });
                 }
@@ -174,6 +187,7 @@ pub(crate) async fn reach(
     findings.push(quorum_finding(quorum, known, service, why));
     findings.push(timings(&state.master, service, why));
     findings.extend(replica_views(&state.replicas, &state.sentinel));
+    findings.extend(peer_views(&state.peers, &state.sentinel, service));
     let (host, port) = super::node::host_port(&master_address)
         .ok_or_else(|| format!("the Sentinels named no usable master: {master_address:?}"))?;
     let master = Node::connect(base, &host, port)
@@ -353,6 +367,58 @@ fn replica_views(
             "sentinel.replicas",
             format!("{sentinel} sees replicas down: {}", down.join(", ")),
             "bring them back: a failover can only promote a replica that is up".into(),
+            doc::SENTINEL,
+        )]
+    }
+}
+
+/// The other Sentinels as one sees them: one it marks down (`s_down`, `disconnected`) will
+/// not vote in a failover, whether or not the URL names it.
+fn peer_views(
+    peers: &Result<Vec<BTreeMap<String, String>>, String>,
+    sentinel: &str,
+    service: &str,
+) -> Vec<Finding> {
+    let peers = match peers {
+        Ok(peers) => peers,
+        // Already said: SENTINEL MASTER was refused too.
+        Err(_) => return Vec::new(),
+    };
+    let down: Vec<String> = peers
+        .iter()
+        .filter(|peer| {
+            let flags = peer.get("flags").map_or("", String::as_str);
+            flags.contains("s_down") || flags.contains("o_down") || flags.contains("disconnected")
+        })
+        .map(|peer| {
+            format!(
+                "{}:{} ({})",
+                peer.get("ip").map_or("?", String::as_str),
+                peer.get("port").map_or("?", String::as_str),
+                peer.get("flags").map_or("?", String::as_str)
+            )
+        })
+        .collect();
+    if down.is_empty() {
+        vec![Finding::fine(
+            "sentinel.peers",
+            format!(
+                "{sentinel} sees {} other Sentinel(s) watching {service:?}, none down",
+                peers.len()
+            ),
+            doc::SENTINEL,
+        )]
+    } else {
+        vec![Finding::warning(
+            "sentinel.peers",
+            format!(
+                "{sentinel} sees Sentinels watching {service:?} down: {}; they take no part \
+                 in a failover",
+                down.join(", ")
+            ),
+            "bring them back up, or, if they are gone for good, SENTINEL RESET the service \
+             on the others"
+                .into(),
             doc::SENTINEL,
         )]
     }
