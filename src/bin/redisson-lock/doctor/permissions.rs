@@ -375,6 +375,20 @@ async fn before_dryrun(node: &Node, user: &str) -> Vec<Finding> {
     let what = match node.call(&["ACL", "GETUSER", user]).await {
         Ok(reply) => {
             let rules = super::node::fields(&reply);
+            let flags = rules.get("flags").map_or("", String::as_str);
+            let all = ["allcommands", "allkeys", "allchannels"];
+            if all.iter().all(|flag| flag_set(flags, flag)) {
+                // Every command on every key and channel: nothing is left to try.
+                return vec![Finding::fine(
+                    "permissions.all",
+                    format!(
+                        "user {user:?} may run every command on every key and channel (ACL \
+                         GETUSER flags: {})",
+                        flags.replace('\n', " ")
+                    ),
+                    doc::PERMISSIONS,
+                )];
+            }
             let shown: Vec<String> = ["flags", "commands", "keys", "channels"]
                 .iter()
                 .filter_map(|field| {
@@ -401,6 +415,11 @@ async fn before_dryrun(node: &Node, user: &str) -> Vec<Finding> {
         "compare the user's rules with the least-privilege user in the documentation".into(),
         doc::PERMISSIONS,
     )]
+}
+
+/// Whether `flag` is among ACL GETUSER's `flags` (one a line, as the reply is read).
+fn flag_set(flags: &str, flag: &str) -> bool {
+    flags.split_whitespace().any(|set| set == flag)
 }
 
 #[cfg(test)]

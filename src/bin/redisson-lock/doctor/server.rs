@@ -112,16 +112,15 @@ pub(crate) fn check(server: &Server, address: &str) -> Vec<Finding> {
             doc::SERVERS,
         ));
     } else if server.redis >= (6, 2, 0) {
-        findings.push(Finding::warning(
+        // Supported: the client uses classic pub/sub there; the permission check says
+        // itself that it cannot try the user's commands.
+        findings.push(Finding::fine(
             "server.features",
             format!(
                 "{address} has no sharded pub/sub and no ACL DRYRUN (both come with Redis \
                  7.0): clients use classic pub/sub, and the user's permissions cannot be \
                  tried command by command"
             ),
-            "upgrade to Redis 7.0 or newer for sharded pub/sub on a cluster and a full \
-             permission check"
-                .into(),
             doc::SERVERS,
         ));
     }
@@ -148,10 +147,9 @@ mod tests {
         assert_eq!(rated("6.2.14"), Severity::Fine);
         assert_eq!(rated("7.0.15"), Severity::Fine);
         assert_eq!(rated("8.0.1"), Severity::Warning);
-        assert_eq!(
-            check(&redis("6.2.14"), "h:1")[1].severity,
-            Severity::Warning
-        );
+        let features = &check(&redis("6.2.14"), "h:1")[1];
+        assert_eq!(features.severity, Severity::Fine);
+        assert!(features.what.contains("no sharded pub/sub"));
         assert_eq!(version("7.2"), Some((7, 2, 0)));
         assert_eq!(version("x"), None);
     }
