@@ -375,6 +375,20 @@ fn a_sentinel_down_is_a_warning_with_the_quorum_kept() {
     assert_eq!(finding(&answer, "replication.replicas")["severity"], "fine");
     assert_eq!(code, 1, "{answer:#}");
 
+    // Declared down only after longer than a hold's lease has left, at least.
+    let set = [
+        "SENTINEL",
+        "SET",
+        "mymaster",
+        "down-after-milliseconds",
+        "25000",
+    ];
+    assert_eq!(setup.sentinels[0].command(&set), "OK");
+    let (answer, _) = run_json_at(&setup.url(), &["doctor"]);
+    let timings = finding(&answer, "sentinel.timings");
+    assert_eq!(timings["severity"], "warning", "{timings}");
+    assert!(timings["what"].as_str().unwrap().contains("25000 ms"));
+
     // One more down: fewer than the quorum (2) answer.
     setup.sentinels[1].stop();
     let (answer, code) = run_json_at(&setup.url(), &["doctor"]);
@@ -386,8 +400,8 @@ fn a_sentinel_down_is_a_warning_with_the_quorum_kept() {
 }
 
 #[test]
-fn a_cluster_slot_without_a_master_is_a_problem() {
-    let cluster = support::topology::Cluster::start();
+fn a_cluster_slot_without_a_master_or_a_master_without_a_replica_is_found() {
+    let mut cluster = support::topology::Cluster::start();
     let (answer, code) = run_json_at(&cluster.url(), &["doctor"]);
     assert_eq!(answer["deployment"]["kind"], "cluster", "{answer:#}");
     assert_eq!(
@@ -417,6 +431,39 @@ fn a_cluster_slot_without_a_master_is_a_problem() {
         "{slots}"
     );
     assert_eq!(code, 6, "{answer:#}");
+
+    // A replica stopped: once the nodes suspect it, its master is alone.
+    let replica = cluster
+        .nodes()
+        .into_iter()
+        .find(|node| !node.master)
+        .unwrap();
+    let master = (cluster.nodes().into_iter())
+        .find(|node| Some(&node.id) == replica.master_id.as_ref())
+        .unwrap();
+    let at = cluster
+        .servers
+        .iter()
+        .position(|s| s.port() == replica.port);
+    cluster.servers[at.unwrap()].stop();
+    let seen_failing = format!("127.0.0.1:{}@", replica.port);
+    // The doctor reads the cluster from whichever node of the URL answers first.
+    support::topology::settle("every node to suspect the stopped replica", || {
+        (cluster.servers.iter())
+            .filter(|server| server.port() != replica.port)
+            .all(|server| {
+                let nodes = server.command(&["CLUSTER", "NODES"]);
+                (nodes.lines()).any(|line| line.contains(&seen_failing) && line.contains("fail"))
+            })
+    });
+    let (answer, _) = run_json_at(&cluster.url(), &["doctor"]);
+    let alone = finding(&answer, "cluster.replicas");
+    assert_eq!(alone["severity"], "warning", "{alone}");
+    let what = alone["what"].as_str().unwrap();
+    assert!(
+        what.contains(&format!("127.0.0.1:{}", master.port)),
+        "{what}"
+    );
 }
 
 #[test]

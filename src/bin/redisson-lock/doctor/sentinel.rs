@@ -185,7 +185,16 @@ pub(crate) async fn reach(
         .as_deref()
         .unwrap_or("SENTINEL MASTER did not report it");
     findings.push(quorum_finding(quorum, known, service, why));
-    findings.push(timings(&state.master, service, why));
+    // Each Sentinel has its own timings: the slowest to declare the master down counts.
+    let slowest = views
+        .iter()
+        .filter(|view| view.refused.is_none())
+        .max_by_key(|view| {
+            let down_after = view.master.get("down-after-milliseconds");
+            down_after.and_then(|value| value.parse::<u64>().ok())
+        })
+        .unwrap_or(state);
+    findings.push(timings(&slowest.master, service, why));
     findings.extend(replica_views(&state.replicas, &state.sentinel));
     findings.extend(peer_views(&state.peers, &state.sentinel, service));
     let (host, port) = super::node::host_port(&master_address)
