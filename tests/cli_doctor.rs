@@ -645,3 +645,43 @@ fn a_rediss_url_is_looked_at_over_tls() {
     );
     assert!(checks(&answer, "problem").is_empty(), "{answer:#}");
 }
+
+#[test]
+fn a_master_the_sentinels_see_down_is_a_problem_and_the_sentinels_are_still_reported() {
+    // One Sentinel, quorum 1, watching a master without replicas: no failover can follow.
+    let mut master = RedisServer::start();
+    let config = format!(
+        "sentinel monitor lonely 127.0.0.1 {} 1\n\
+         sentinel down-after-milliseconds lonely 1000\n",
+        master.port()
+    );
+    let sentinel = RedisServer::start_sentinel(&config);
+    master.stop();
+    support::topology::settle("the Sentinel to see the master down", || {
+        let state = sentinel.command(&["SENTINEL", "MASTER", "lonely"]);
+        state.contains("o_down")
+    });
+    let url = format!(
+        "redis-sentinel://127.0.0.1:{}?sentinelServiceName=lonely",
+        sentinel.port()
+    );
+    let (answer, code) = run_json_at(&url, &["doctor"]);
+    assert_eq!(code, 6, "{answer:#}");
+    assert!(answer["deployment"]["address"].is_null(), "{answer:#}");
+    let down = finding(&answer, "sentinel.master_down");
+    assert_eq!(down["severity"], "problem", "{down}");
+    let unreachable = finding(&answer, "sentinel.master_reachable");
+    assert_eq!(unreachable["severity"], "problem", "{unreachable}");
+    let port = master.port().to_string();
+    assert!(unreachable["what"].as_str().unwrap().contains(&port));
+    assert_eq!(finding(&answer, "sentinel.replicas")["severity"], "problem");
+    assert_eq!(finding(&answer, "sentinel.quorum")["severity"], "warning");
+    assert!(findings(&answer, "server.version").is_empty(), "{answer:#}");
+
+    let output = command_at(&url, &["doctor"]).output().unwrap();
+    let text = String::from_utf8(output.stdout).unwrap();
+    assert!(
+        text.starts_with("sentinel deployment: no master answered"),
+        "{text}"
+    );
+}

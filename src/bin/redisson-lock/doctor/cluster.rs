@@ -10,8 +10,8 @@ use super::node::{host_port, info_fields, Node};
 /// The number of slots of a Redis cluster.
 const SLOTS: usize = 16384;
 
-/// The masters, connected (the first is the node the URL led to, when it is a master); the
-/// findings about the cluster; and its description.
+/// The masters that answered (the first is the node the URL led to, when it is a master;
+/// findings name those that did not); the findings about the cluster; and its description.
 pub(crate) struct Reached {
     pub(crate) masters: Vec<Node>,
     pub(crate) findings: Vec<Finding>,
@@ -186,12 +186,6 @@ pub(crate) async fn reach(base: &Config, hosts: &[Server]) -> Result<Reached, St
                 doc::CLUSTER,
             )),
         }
-    }
-    if masters.is_empty() {
-        return Err(format!(
-            "no master of the cluster could be reached (masters: {})",
-            listed.join(", ")
-        ));
     }
     let described = json!({
         "masters": listed,

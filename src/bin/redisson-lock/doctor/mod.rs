@@ -30,7 +30,9 @@ use redisson_lock::fred::types::config::{Config, ServerConfig};
 /// The deployment as the doctor reached it.
 struct Deployment {
     shape: Shape,
-    /// The masters; the server and permission checks run on the first.
+    /// The masters that answered; the server and permission checks run on the first. None
+    /// when the Sentinels' master or every master of a cluster does not answer: the
+    /// findings say so.
     masters: Vec<Node>,
     /// Findings made while reaching it (a Sentinel that does not answer, say).
     findings: Vec<Finding>,
@@ -58,28 +60,15 @@ pub(crate) async fn doctor(cli: &Cli, name: &str) -> Outcome {
         mut findings,
         described: topology,
     } = reach(&config).await?;
-    let primary = &masters[0];
-    let server = match server::identify(primary).await {
-        Ok(server) => {
-            findings.extend(server::check(&server, &primary.address));
-            Some(server)
-        }
-        Err(why) => {
-            findings.push(Finding::unknown(
-                "server.version",
-                format!(
-                    "the server at {} is of an unknown version: {why}",
-                    primary.address
-                ),
-                "let the user run INFO server or HELLO".into(),
-                doc::SERVERS,
-            ));
-            None
-        }
-    };
-    let user = permissions::user(primary, config.username.as_deref()).await;
     let probe = format!("{}{name}", cli.global.prefix);
-    findings.extend(permissions::check(primary, server.as_ref(), &user, &probe, shape).await);
+    let (server, user) = match masters.first() {
+        Some(primary) => {
+            let (server, user, found) = on_primary(primary, &config, &probe, shape).await;
+            findings.extend(found);
+            (server, user)
+        }
+        None => (None, config.username.clone().unwrap_or("default".into())),
+    };
     for master in &masters {
         let single = shape == Shape::Single;
         findings.extend(replication::check(master, &config, single).await);
@@ -94,7 +83,7 @@ pub(crate) async fn doctor(cli: &Cli, name: &str) -> Outcome {
     let (problems, warnings) = (count(Severity::Problem), count(Severity::Warning));
     let described = json!({
         "kind": shape_name(shape),
-        "address": primary.address,
+        "address": masters.first().map(|primary| primary.address.clone()),
         "tls": tls(&config),
         "user": user,
         "server": server.as_ref().map(|s| s.product),
@@ -125,6 +114,38 @@ pub(crate) async fn doctor(cli: &Cli, name: &str) -> Outcome {
         master.close().await;
     }
     Ok(exit)
+}
+
+/// The server and permission checks, on the first master: what it runs, the user the URL
+/// logs in as, and the findings.
+async fn on_primary(
+    primary: &Node,
+    config: &Config,
+    probe: &str,
+    shape: Shape,
+) -> (Option<server::Server>, String, Vec<Finding>) {
+    let mut findings = Vec::new();
+    let server = match server::identify(primary).await {
+        Ok(server) => {
+            findings.extend(server::check(&server, &primary.address));
+            Some(server)
+        }
+        Err(why) => {
+            findings.push(Finding::unknown(
+                "server.version",
+                format!(
+                    "the server at {} is of an unknown version: {why}",
+                    primary.address
+                ),
+                "let the user run INFO server or HELLO".into(),
+                doc::SERVERS,
+            ));
+            None
+        }
+    };
+    let user = permissions::user(primary, config.username.as_deref()).await;
+    findings.extend(permissions::check(primary, server.as_ref(), &user, probe, shape).await);
+    (server, user, findings)
 }
 
 /// Whether the URL asks for TLS.
@@ -167,7 +188,7 @@ async fn reach(config: &Config) -> Result<Deployment, Failure> {
                 .map_err(|why| Failure(Exit::RedisError, format!("connecting: {why}")))?;
             Ok(Deployment {
                 shape: Shape::Sentinel,
-                masters: vec![reached.master],
+                masters: reached.master.into_iter().collect(),
                 findings: reached.findings,
                 described: reached.described,
             })
@@ -194,19 +215,23 @@ async fn reach(config: &Config) -> Result<Deployment, Failure> {
 /// The findings as text, grouped as problems, warnings and what is fine.
 fn print_text(deployment: &serde_json::Value, findings: &[Finding]) {
     let field = |name: &str| deployment[name].as_str().unwrap_or("unknown").to_string();
-    println!(
-        "{} deployment at {}: {} {}, user {:?}{}",
-        field("kind"),
-        field("address"),
-        field("server"),
-        field("version"),
-        field("user"),
-        if deployment["tls"] == true {
-            ", TLS"
-        } else {
-            ""
-        },
-    );
+    let tls = if deployment["tls"] == true {
+        ", TLS"
+    } else {
+        ""
+    };
+    if deployment["address"].is_null() {
+        println!("{} deployment: no master answered{tls}", field("kind"));
+    } else {
+        println!(
+            "{} deployment at {}: {} {}, user {:?}{tls}",
+            field("kind"),
+            field("address"),
+            field("server"),
+            field("version"),
+            field("user"),
+        );
+    }
     for (severity, title) in [
         (Severity::Problem, "Problems"),
         (Severity::Warning, "Warnings"),

@@ -13,7 +13,8 @@ use super::node::{fields, Node};
 /// The master the Sentinels name, connected; the findings about the Sentinels; and the
 /// deployment's description.
 pub(crate) struct Reached {
-    pub(crate) master: Node,
+    /// The master, unless it does not answer (a finding says so).
+    pub(crate) master: Option<Node>,
     pub(crate) findings: Vec<Finding>,
     pub(crate) described: Value,
 }
@@ -32,7 +33,7 @@ struct View {
 /// Asks every Sentinel of the URL about `service`, then connects to the master.
 ///
 /// # Errors
-/// Why no Sentinel answered about the service, or why the master named could not be reached.
+/// Why no Sentinel answered about the service.
 pub(crate) async fn reach(
     base: &Config,
     hosts: &[Server],
@@ -199,9 +200,23 @@ pub(crate) async fn reach(
     findings.extend(peer_views(&state.peers, &state.sentinel, service));
     let (host, port) = super::node::host_port(&master_address)
         .ok_or_else(|| format!("the Sentinels named no usable master: {master_address:?}"))?;
-    let master = Node::connect(base, &host, port)
-        .await
-        .map_err(|why| format!("the master {master_address} the Sentinels name: {why}"))?;
+    let master = match Node::connect(base, &host, port).await {
+        Ok(master) => Some(master),
+        Err(why) => {
+            findings.push(Finding::problem(
+                "sentinel.master_reachable",
+                format!(
+                    "the master the Sentinels name, {master_address}, does not answer this \
+                     machine: {why}"
+                ),
+                "bring it back, or let the Sentinels fail over to a replica; if it answers \
+                 the services, check this machine's network and the URL's credentials"
+                    .into(),
+                doc::SENTINEL,
+            ));
+            None
+        }
+    };
     let sentinels: Vec<String> = hosts
         .iter()
         .map(|host| format!("{}:{}", host.host, host.port))
