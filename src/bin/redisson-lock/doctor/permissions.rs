@@ -62,6 +62,33 @@ fn evalsha(keys: &[&str]) -> Vec<String> {
     words
 }
 
+/// Each of `commands` on `key`, with arguments of the right number (ACL DRYRUN checks them).
+fn on(key: &str, commands: &[&str]) -> Vec<Vec<String>> {
+    commands
+        .iter()
+        .map(|name| {
+            let rest: &[&str] = match *name {
+                "HEXISTS" | "HGET" | "HDEL" | "HMGET" => &["doctor"],
+                "HINCRBY" | "HSET" => &["doctor", "1"],
+                "PEXPIRE" => &["30000"],
+                "PEXPIREAT" | "INCRBY" | "DECRBY" => &["1"],
+                "SET" => &["1", "PX", "1000"],
+                "RPUSH" | "LPUSH" => &["doctor"],
+                "LINDEX" => &["0"],
+                "LRANGE" | "ZRANGE" => &["0", "-1"],
+                "LREM" => &["0", "doctor"],
+                "ZADD" | "ZINCRBY" => &["1", "doctor"],
+                "ZREM" | "ZSCORE" => &["doctor"],
+                "ZRANGEBYSCORE" => &["0", "1"],
+                _ => &[],
+            };
+            let mut words = vec![name.to_string(), key.to_string()];
+            words.extend(rest.iter().map(|word| word.to_string()));
+            words
+        })
+        .collect()
+}
+
 /// What every feature sends for the lock named `n` (the services' name prefix applied).
 fn features(n: &str, shape: Shape, sharded: bool) -> Vec<Feature> {
     let channel = tagged("redisson_lock__channel", n);
@@ -95,21 +122,23 @@ fn features(n: &str, shape: Shape, sharded: bool) -> Vec<Feature> {
             check: "permissions.locks",
             what: "every kind of lock (its scripts, their reads and writes, its unlock message)",
             severity: Severity::Problem,
-            commands: vec![
-                evalsha(&[n, &channel, &latch]),
-                command(&["SCRIPT", "LOAD", "return 1"]),
-                command(&["HINCRBY", n, "doctor", "1"]),
-                command(&["HSET", n, "doctor", "1"]),
-                command(&["HEXISTS", n, "doctor"]),
-                command(&["HGET", n, "doctor"]),
-                command(&["PEXPIRE", n, "30000"]),
-                command(&["PTTL", n]),
-                command(&["DEL", n]),
-                command(&["SET", &latch, "1", "PX", "1000"]),
-                command(&["GET", &latch]),
-                command(&["TIME"]),
-                command(&[publish, &channel, "0"]),
-            ],
+            commands: [
+                vec![
+                    evalsha(&[n, &channel, &latch]),
+                    command(&["SCRIPT", "LOAD", "return 1"]),
+                    command(&["TIME"]),
+                    command(&[publish, &channel, "0"]),
+                ],
+                on(
+                    n,
+                    &[
+                        "EXISTS", "HEXISTS", "HGET", "HINCRBY", "HSET", "HDEL", "HLEN",
+                    ],
+                ),
+                on(n, &["PEXPIRE", "PTTL", "DEL"]),
+                on(&latch, &["SET", "GET", "DEL"]),
+            ]
+            .concat(),
         },
         Feature {
             check: "permissions.waiting",
@@ -127,69 +156,89 @@ fn features(n: &str, shape: Shape, sharded: bool) -> Vec<Feature> {
             check: "permissions.fair_lock",
             what: "fair locks (their queue, deadlines and records)",
             severity: Severity::Warning,
-            commands: vec![
-                evalsha(&[n, &queue, &timeouts, &channel, &left, &took]),
-                command(&["RPUSH", &queue, "doctor"]),
-                command(&["LINDEX", &queue, "0"]),
-                command(&["LREM", &queue, "0", "doctor"]),
-                command(&["ZADD", &timeouts, "1", "doctor"]),
-                command(&["ZREM", &timeouts, "doctor"]),
-                command(&["SET", &left, "1", "PX", "1000"]),
-                command(&["SET", &took, "1", "PX", "1000"]),
-            ],
+            commands: [
+                vec![evalsha(&[n, &queue, &timeouts, &channel, &left, &took])],
+                on(
+                    &queue,
+                    &["RPUSH", "LINDEX", "LRANGE", "LREM", "LPOP", "DEL"],
+                ),
+                on(
+                    &timeouts,
+                    &["ZADD", "ZINCRBY", "ZRANGE", "ZREM", "ZSCORE", "DEL"],
+                ),
+                on(&left, &["SET", "GET", "EXISTS", "DEL"]),
+                on(&took, &["SET", "GET", "DEL"]),
+            ]
+            .concat(),
         },
         Feature {
             check: "permissions.fenced_lock",
             what: "fenced locks (their token counter)",
             severity: Severity::Warning,
-            commands: vec![evalsha(&[n, &channel, &token]), command(&["INCR", &token])],
+            commands: [
+                vec![evalsha(&[n, &channel, &token])],
+                on(&token, &["INCR", "GET"]),
+            ]
+            .concat(),
         },
         Feature {
             check: "permissions.read_write_lock",
             what: "read-write locks (their readers' timeouts and channel)",
             severity: Severity::Warning,
-            commands: vec![
-                evalsha(&[n, &rw_channel, &read_timeout]),
-                command(&["SET", &read_timeout, "1", "PX", "1000"]),
-                command(&[publish, &rw_channel, "0"]),
-                command(&[subscribe, &rw_channel]),
-            ],
+            commands: [
+                vec![
+                    evalsha(&[n, &rw_channel, &read_timeout]),
+                    command(&[publish, &rw_channel, "0"]),
+                    command(&[subscribe, &rw_channel]),
+                ],
+                on(n, &["HKEYS", "HMGET", "TYPE", "PEXPIREAT"]),
+                on(&read_timeout, &["SET", "PEXPIRE", "PTTL", "DEL"]),
+            ]
+            .concat(),
         },
         Feature {
             check: "permissions.semaphore",
             what: "semaphores (their count, channel and acquisition records)",
             severity: Severity::Warning,
-            commands: vec![
-                evalsha(&[n, &sc_channel, &sc_attempt]),
-                command(&["INCRBY", n, "1"]),
-                command(&["DECRBY", n, "1"]),
-                command(&["SET", &sc_attempt, "1", "PX", "1000"]),
-                command(&[publish, &sc_channel, "1"]),
-                command(&[subscribe, &sc_channel]),
-            ],
+            commands: [
+                vec![
+                    evalsha(&[n, &sc_channel, &sc_attempt]),
+                    command(&[publish, &sc_channel, "1"]),
+                    command(&[subscribe, &sc_channel]),
+                ],
+                on(n, &["GET", "SET", "EXISTS", "INCRBY", "DECRBY"]),
+                on(&sc_attempt, &["SET", "GET", "DEL"]),
+            ]
+            .concat(),
         },
         Feature {
             check: "permissions.permit_expirable_semaphore",
             what: "permit-expirable semaphores (their count, leases and channel)",
             severity: Severity::Warning,
-            commands: vec![
-                evalsha(&[n, &leases, &sc_channel]),
-                command(&["ZADD", &leases, "1", "doctor"]),
-                command(&["ZRANGEBYSCORE", &leases, "0", "1"]),
-                command(&["ZREM", &leases, "doctor"]),
-            ],
+            commands: [
+                vec![evalsha(&[n, &leases, &sc_channel])],
+                on(
+                    &leases,
+                    &["ZADD", "ZRANGE", "ZCARD", "ZSCORE", "ZRANGEBYSCORE", "ZREM"],
+                ),
+                on(&leases, &["PEXPIRE", "PTTL", "DEL"]),
+            ]
+            .concat(),
         },
         Feature {
             check: "permissions.count_down_latch",
             what: "count-down latches (their count, channel and records)",
             severity: Severity::Warning,
-            commands: vec![
-                evalsha(&[n, &latch_channel, &latch_record]),
-                command(&["DECR", n]),
-                command(&["SET", &latch_record, "1", "PX", "1000"]),
-                command(&[publish, &latch_channel, "0"]),
-                command(&[subscribe, &latch_channel]),
-            ],
+            commands: [
+                vec![
+                    evalsha(&[n, &latch_channel, &latch_record]),
+                    command(&[publish, &latch_channel, "0"]),
+                    command(&[subscribe, &latch_channel]),
+                ],
+                on(n, &["GET", "SET", "DECR", "DEL"]),
+                on(&latch_record, &["SET", "GET", "DEL"]),
+            ]
+            .concat(),
         },
     ];
     match shape {
