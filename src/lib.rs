@@ -53,6 +53,10 @@ pub use synchronizers::expirable_semaphore::{
 };
 pub use synchronizers::semaphore::{Semaphore, SemaphorePermits, MAX_PERMITS};
 pub use topology::pubsub::PubSubMode;
+/// For the `redisson-lock` tool only (its `doctor`): a connection URL read as the client
+/// reads it. Not part of the API.
+#[doc(hidden)]
+pub use topology::url::parse_url;
 
 /// The Redis client this crate runs on, re-exported so that its configuration types can be
 /// named without a separate dependency.

@@ -11,10 +11,13 @@ const URL_FORMS: &str = "redis://host:port, rediss://host:port (TLS), \
 
 /// Parses a connection URL, refusing what names no Redis deployment.
 ///
+/// Public, hidden from the documentation, for the `redisson-lock` tool's `doctor`, which
+/// connects to each server of a deployment itself and must read its URL as the client does.
+///
 /// # Errors
 /// [`Error::InvalidArgument`] for an unknown scheme or a URL that does not parse, naming the
 /// forms that work (never the password).
-pub(crate) fn parse_url(url: &str) -> Result<Config> {
+pub fn parse_url(url: &str) -> Result<Config> {
     let shown = redacted(url);
     let Some((scheme, _)) = url.split_once("://") else {
         return Err(Error::invalid(format!(

@@ -54,7 +54,8 @@ impl Cli {
             | Command::List { late, .. }
             | Command::ForceUnlock { late, .. }
             | Command::Watch { late, .. }
-            | Command::Hold { late, .. } => late,
+            | Command::Hold { late, .. }
+            | Command::Doctor { late, .. } => late,
             Command::GiveBack { repair, .. }
             | Command::AddPermits { repair, .. }
             | Command::SetPermits { repair, .. }
@@ -77,8 +78,17 @@ const AFTER_HELP: &str = "DURATION is a number with a unit: 250ms, 10s, 2m, 1h (
 means seconds).\n\nExit codes: 0 done; 1 the lock was not in the state asked for (nothing to \
 free, not acquired in time, lease lost); 2 bad arguments (a bad URL, name or duration); 3 Redis \
 unreachable or refusing; 4 not confirmed; 5 the name is not what the command applies to \
-(not a lock; not a semaphore or latch); 130 interrupted while holding.\n\nThe global options (--url, --prefix, --json) go before or after the command's name: \
+(not a lock; not a semaphore or latch); 6 `doctor` found problems; 130 interrupted while \
+holding.\n\nThe global options (--url, --prefix, --json) go before or after the command's name: \
 see `redisson-lock --help`.";
+
+/// The doctor's help ends with its own exit codes.
+const DOCTOR_HELP: &str = "Exit codes: 0 nothing wrong; 1 warnings only (something worth \
+changing, or that could not be found out); 6 problems (locks can fail or lose exclusion as the \
+deployment stands); 2 bad arguments; 3 Redis unreachable. --json prints one object: \
+{\"deployment\": {...}, \"findings\": [{\"severity\": \"problem|warning|fine\", \"check\": ..., \
+\"what\": ..., \"advice\": ..., \"doc\": ...}], ...}.\n\nThe global options (--url, --prefix, \
+--json) go before or after the command's name: see `redisson-lock --help`.";
 
 #[derive(Subcommand, Debug)]
 pub(crate) enum Command {
@@ -194,6 +204,18 @@ pub(crate) enum Command {
         name: String,
         #[command(flatten)]
         repair: RepairArgs,
+    },
+    /// Look at the deployment the URL names, with reads only: the server and its version,
+    /// the user's permissions for every lock kind and synchronizer, replication, failover
+    /// and persistence; print problems, warnings and what is fine, each with what to change.
+    #[command(after_help = DOCTOR_HELP)]
+    Doctor {
+        /// The lock name whose keys and channels the permission check tries (the name
+        /// prefix is put in front): give one your services use.
+        #[arg(long, default_value = "redisson-lock-doctor")]
+        name: String,
+        #[command(flatten)]
+        late: Late,
     },
     /// Take a lock and hold it, for drills and for testing a service.
     #[command(after_help = AFTER_HELP)]

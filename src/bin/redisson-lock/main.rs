@@ -5,6 +5,7 @@
 //! codes are in [`Exit`] and in `docs/operations.md`.
 
 mod args;
+mod doctor;
 mod hold;
 mod repair;
 mod show;
@@ -30,6 +31,8 @@ pub(crate) enum Exit {
     RedisError = 3,
     NotConfirmed = 4,
     NotALock = 5,
+    /// `doctor` found problems (1, `NotInState`, is its exit with warnings only).
+    Problems = 6,
     Interrupted = 130,
 }
 
@@ -79,13 +82,19 @@ async fn main() -> ExitCode {
         Ok(cli) => cli,
         Err(exit) => return exit,
     };
-    let outcome = match connect(&cli).await {
-        Ok(client) => {
-            let outcome = run(&cli, &client).await;
-            client.shutdown().await;
-            outcome
+    let outcome = if let Command::Doctor { name, .. } = &cli.command {
+        // The doctor connects to every server itself, and a user's refusals are among
+        // what it reports: the client's build could fail on them.
+        doctor::doctor(&cli, name).await
+    } else {
+        match connect(&cli).await {
+            Ok(client) => {
+                let outcome = run(&cli, &client).await;
+                client.shutdown().await;
+                outcome
+            }
+            Err(failure) => Err(failure),
         }
-        Err(failure) => Err(failure),
     };
     match outcome {
         Ok(exit) => ExitCode::from(exit as u8),
@@ -190,6 +199,7 @@ async fn run(cli: &Cli, client: &LockClient) -> Outcome {
             )
             .await
         }
+        Command::Doctor { .. } => unreachable!("the doctor runs before any client connects"),
     }
 }
 
