@@ -206,7 +206,7 @@ fn features(n: &str, shape: Shape, sharded: bool) -> Vec<Feature> {
                     command(&[publish, &sc_channel, "1"]),
                     command(&[subscribe, &sc_channel]),
                 ],
-                on(n, &["GET", "SET", "EXISTS", "INCRBY", "DECRBY"]),
+                on(n, &["GET", "SET", "EXISTS", "INCRBY", "DECRBY", "DEL"]),
                 on(&sc_attempt, &["SET", "GET", "DEL"]),
             ]
             .concat(),
