@@ -217,10 +217,10 @@ fn handoff(c: &mut Criterion, rt: &Runtime, (a, b): (&LockClient, &LockClient), 
     }
 }
 
-/// Client CPU, Redis CPU and allocations per lock + unlock, ours and raw in alternating
-/// rounds, from 1 task and from 64 tasks (each its own lock).
+/// Client CPU, Redis CPU and allocations per lock + unlock, ours, raw and Redisson 4.7's own
+/// scripts in alternating rounds, from 1 task and from 64 tasks (each its own lock).
 ///
-/// For profiling one side (`perf record -p <pid>`): `PROFILE_SIDE=ours` or `PROFILE_SIDE=raw`
+/// For profiling one side (`perf record -p <pid>`): `PROFILE_SIDE=ours`, `raw` or `redisson`
 /// runs only that side, 64 tasks (or `PROFILE_TASKS`), for 40 rounds.
 fn cpu_per_op(rt: &Runtime, server: &RedisServer, ours: &LockClient, bare: &Bare, args: &Args) {
     if !args.runs("cpu_per_op") {
@@ -251,7 +251,8 @@ fn cpu_per_op(rt: &Runtime, server: &RedisServer, ours: &LockClient, bare: &Bare
             .collect();
         rt.block_on(ours_parallel(&locks, ops)); // warm-up
         rt.block_on(bare_parallel(bare, &bare_locks, ops));
-        let (mut mine, mut raw) = (Vec::new(), Vec::new());
+        rt.block_on(redisson_parallel(bare, &bare_locks, ops));
+        let (mut mine, mut raw, mut redisson) = (Vec::new(), Vec::new(), Vec::new());
         for _ in 0..rounds {
             if runs("ours") {
                 mine.push(cost_of(rt, server, ops, ours_parallel(&locks, ops)));
@@ -264,11 +265,16 @@ fn cpu_per_op(rt: &Runtime, server: &RedisServer, ours: &LockClient, bare: &Bare
                     bare_parallel(bare, &bare_locks, ops),
                 ));
             }
+            if runs("redisson") {
+                let sent = redisson_parallel(bare, &bare_locks, ops);
+                redisson.push(cost_of(rt, server, ops, sent));
+            }
         }
-        if mine.is_empty() || raw.is_empty() {
+        if mine.is_empty() || raw.is_empty() || redisson.is_empty() {
             continue; // profiling one side
         }
         let (mine, raw) = (median_cost(&mine), median_cost(&raw));
+        let redisson = median_cost(&redisson);
         let ratio = |a: Duration, b: Duration| a.as_secs_f64() / b.as_secs_f64();
         let client = ratio(mine.client_cpu, raw.client_cpu);
         println!(
@@ -294,6 +300,22 @@ fn cpu_per_op(rt: &Runtime, server: &RedisServer, ours: &LockClient, bare: &Bare
                 String::new()
             },
             ratio(mine.redis_cpu, raw.redis_cpu),
+        );
+        let throughput = ratio(redisson.wall, mine.wall);
+        println!(
+            "cpu_per_op/{tasks}_tasks against Redisson 4.7's own scripts (acquire; unlock with \
+             its request's latch; the latch's DEL not waited for): redisson_scripts {:.1} µs \
+             wall, {:.2} µs client CPU, {:.2} µs Redis CPU, {:.1} allocations; throughput × \
+             redisson_scripts {throughput:.2} (target ≥ 0.95: {}); client CPU × redisson_scripts \
+             {:.2}; allocations {:.1} (target ≤ 25: {})",
+            micros(redisson.wall),
+            micros(redisson.client_cpu),
+            micros(redisson.redis_cpu),
+            redisson.allocations,
+            verdict(throughput >= 0.95),
+            ratio(mine.client_cpu, redisson.client_cpu),
+            mine.allocations,
+            verdict(mine.allocations <= 25.0),
         );
     }
 }

@@ -1,9 +1,10 @@
 //! The baseline: the Redisson hash protocol as two bare EVALSHA scripts on a fred client.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use fred::clients::Client;
-use fred::interfaces::{ClientLike, LuaInterface};
+use fred::interfaces::{ClientLike, KeysInterface, LuaInterface};
 use fred::types::config::Config;
 use fred::types::{Builder, ClusterHash, CustomCommand, Key, Value};
 
@@ -32,20 +33,44 @@ redis.call('publish', KEYS[2], '0')
 return 1
 "#;
 
+/// Redisson's own unlock as 4.7 sends it (protocol §3.4): the request's latch answers a
+/// resend; otherwise HINCRBY -1, then PEXPIRE (still held) or DEL + publish (freed), and the
+/// outcome kept in the latch for `latchTtl` ms.
+pub const RELEASE_LATCHED: &str = r#"
+local latched = redis.call('get', KEYS[3])
+if latched ~= false then return tonumber(latched) end
+if redis.call('hexists', KEYS[1], ARGV[3]) == 0 then return nil end
+if redis.call('hincrby', KEYS[1], ARGV[3], -1) > 0 then
+    redis.call('pexpire', KEYS[1], ARGV[2])
+    redis.call('set', KEYS[3], 0, 'px', ARGV[5])
+    return 0
+end
+redis.call('del', KEYS[1])
+redis.call(ARGV[4], KEYS[2], ARGV[1])
+redis.call('set', KEYS[3], 1, 'px', ARGV[5])
+return 1
+"#;
+
+/// The latch TTL Java 4.7 sends with its defaults: (3000 + 1000) × 4 ms.
+const LATCH_TTL_MS: i64 = 16_000;
+
 /// The baseline: a fred client running the two scripts by EVALSHA, no waiting logic.
 #[derive(Clone)]
 pub struct Bare {
     pub redis: Client,
     acquire: String,
     release: String,
+    release_latched: String,
 }
 
-/// One lock as the bare baseline sees it: key, unlock channel, owner field.
+/// One lock as the bare baseline sees it: key, unlock channel, owner field, and the start
+/// of its unlock latches' keys.
 #[derive(Clone)]
 pub struct BareLock {
     pub key: Key,
     pub channel: Key,
     pub owner: Value,
+    latches: String,
 }
 
 impl Bare {
@@ -56,10 +81,12 @@ impl Bare {
         redis.init().await.unwrap();
         let acquire = redis.script_load(ACQUIRE).await.unwrap();
         let release = redis.script_load(RELEASE).await.unwrap();
+        let release_latched = redis.script_load(RELEASE_LATCHED).await.unwrap();
         Bare {
             redis,
             acquire,
             release,
+            release_latched,
         }
     }
 
@@ -68,6 +95,7 @@ impl Bare {
             key: name.into(),
             channel: format!("redisson_lock__channel:{{{name}}}").into(),
             owner: format!("8c1e3f0a-5b7d-4e2a-9f61-2d4c7b9e0a13:{owner}").into(),
+            latches: format!("redisson_unlock_latch:{{{name}}}:"),
         }
     }
 
@@ -92,6 +120,31 @@ impl Bare {
         let sha = self.release.as_str();
         let freed: Option<i64> = self.redis.evalsha(sha, keys, args).await.unwrap();
         assert_eq!(freed, Some(1));
+    }
+
+    /// Redisson 4.7's lock + unlock as Java sends them: the acquire script; the unlock
+    /// script with a latch key of its own request (a new id each time, 36 characters as
+    /// Java's UUIDs); then a `DEL` of that latch, sent and not waited for.
+    pub async fn lock_unlock_redisson(&self, lock: &BareLock) {
+        static REQUESTS: AtomicU64 = AtomicU64::new(0);
+        assert_eq!(self.acquire(lock).await, None, "the bare lock was busy");
+        let request = REQUESTS.fetch_add(1, Ordering::Relaxed);
+        let latch: Key = format!("{}5b7d0000-4e2a-4f61-8d4c-{request:012x}", lock.latches).into();
+        let keys = vec![lock.key.clone(), lock.channel.clone(), latch.clone()];
+        let args: Vec<Value> = vec![
+            "0".into(),
+            LEASE_MS.into(),
+            lock.owner.clone(),
+            "PUBLISH".into(),
+            LATCH_TTL_MS.into(),
+        ];
+        let sha = self.release_latched.as_str();
+        let freed: Option<i64> = self.redis.evalsha(sha, keys, args).await.unwrap();
+        assert_eq!(freed, Some(1));
+        let redis = self.redis.clone();
+        tokio::spawn(async move {
+            let _: Result<i64, _> = redis.del(latch).await;
+        });
     }
 
     /// Acquire then release: two round trips, the same Redis work as a lock + unlock.

@@ -69,6 +69,21 @@ pub async fn bare_parallel(bare: &Bare, locks: &[BareLock], iters: u64) -> Durat
     .await
 }
 
+/// [`bare_parallel`] with Redisson 4.7's own scripts (see [`Bare::lock_unlock_redisson`]).
+pub async fn redisson_parallel(bare: &Bare, locks: &[BareLock], iters: u64) -> Duration {
+    spread(iters, locks.len(), |i, n| {
+        let (bare, lock) = (bare.clone(), locks[i].clone());
+        async move {
+            let start = Instant::now();
+            for _ in 0..n {
+                bare.lock_unlock_redisson(&lock).await;
+            }
+            start.elapsed()
+        }
+    })
+    .await
+}
+
 /// One side of an interleaved comparison: `ops` operations, the time they took.
 pub type Side<'a> = (
     &'a str,
