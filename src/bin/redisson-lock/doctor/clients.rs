@@ -200,9 +200,11 @@ async fn connected(node: &Node) -> Finding {
         format!(
             "{at} has {clients} redisson-lock client(s){ids} over {connections} connection(s) \
              named redisson-lock:<uuid>, {} unnamed connection(s) and {} otherwise named, the \
-             doctor's own and the replicas' links left out; an unnamed connection may be this \
-             crate's where CLIENT SETNAME is refused, a Java Redisson client's (it names none \
-             unless clientName is set) or another application's: the doctor cannot tell which",
+             doctor's own and the replicas' links left out; an unnamed connection may be one \
+             of this crate's pub/sub connections (it names only those it sends commands on), \
+             this crate's where CLIENT SETNAME is refused, a Java Redisson client's (it names \
+             none unless clientName is set) or another application's: the doctor cannot tell \
+             which",
             counted.unnamed, counted.other
         ),
         doc::CONNECTED,
