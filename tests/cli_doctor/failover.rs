@@ -36,6 +36,12 @@ fn a_sentinel_down_is_a_warning_with_the_quorum_kept() {
     let what = peers["what"].as_str().unwrap();
     assert!(what.contains(&format!(":{down} (")), "{what}");
     assert_eq!(finding(&answer, "replication.replicas")["severity"], "fine");
+    // Behind Sentinel: classic pub/sub on both sides, and the master's WAIT timed.
+    let mode = finding(&answer, "clients.pubsub_mode");
+    assert_eq!(mode["severity"], "fine", "{mode}");
+    assert!(mode["what"].as_str().unwrap().contains("classic pub/sub"));
+    let wait = finding(&answer, "clients.replica_wait");
+    assert!(wait["what"].as_str().unwrap().contains("(p50)"), "{wait}");
     assert_eq!(code, 1, "{answer:#}");
 
     // Declared down only after longer than a hold's lease has left, at least.
