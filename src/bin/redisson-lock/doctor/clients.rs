@@ -4,7 +4,7 @@
 //! the clients connected (`CLIENT LIST`), what a `WAIT` for a replica costs there; and, once
 //! for the deployment, which pub/sub Java's Redisson and this crate use on it.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use super::finding::{doc, Finding};
@@ -189,11 +189,11 @@ async fn connected(node: &Node) -> Finding {
     let counted = count(&list, own.as_deref().map(str::trim));
     let connections: usize = counted.lock_clients.values().sum();
     let clients = counted.lock_clients.len();
-    let named: BTreeSet<&str> = counted.lock_clients.keys().map(String::as_str).collect();
+    let named: Vec<&str> = counted.lock_clients.keys().map(String::as_str).collect();
     let ids = if named.is_empty() {
         String::new()
     } else {
-        format!(" ({})", named.into_iter().collect::<Vec<_>>().join(", "))
+        format!(" ({})", named.join(", "))
     };
     Finding::fine(
         "clients.connected",
