@@ -36,6 +36,12 @@ fn a_sentinel_down_is_a_warning_with_the_quorum_kept() {
     let what = peers["what"].as_str().unwrap();
     assert!(what.contains(&format!(":{down} (")), "{what}");
     assert_eq!(finding(&answer, "replication.replicas")["severity"], "fine");
+    // Behind Sentinel: classic pub/sub on both sides, and the master's WAIT timed.
+    let mode = finding(&answer, "clients.pubsub_mode");
+    assert_eq!(mode["severity"], "fine", "{mode}");
+    assert!(mode["what"].as_str().unwrap().contains("classic pub/sub"));
+    let wait = finding(&answer, "clients.replica_wait");
+    assert!(wait["what"].as_str().unwrap().contains("(p50)"), "{wait}");
     assert_eq!(code, 1, "{answer:#}");
 
     // Declared down only after longer than a hold's lease has left, at least.
@@ -81,6 +87,26 @@ fn a_cluster_slot_without_a_master_or_a_master_without_a_replica_is_found() {
     );
     assert!(checks(&answer, "problem").is_empty(), "{answer:#}");
     assert_ne!(code, 6);
+    // Sharded pub/sub for Java's AUTO and this crate's Auto where the servers have it.
+    let mode = finding(&answer, "clients.pubsub_mode");
+    let what = mode["what"].as_str().unwrap();
+    if support::server::server_version() >= (7, 0) {
+        assert_eq!(mode["severity"], "warning", "{mode}");
+        assert!(what.contains("uses sharded pub/sub"), "{mode}");
+        assert!(mode["advice"]
+            .as_str()
+            .unwrap()
+            .contains("PubSubMode::Both"));
+    } else {
+        assert_eq!(mode["severity"], "fine", "{mode}");
+        assert!(what.contains("classic pub/sub"), "{mode}");
+    }
+    // Each master's WAIT, timed.
+    let waits = findings(&answer, "clients.replica_wait");
+    assert_eq!(waits.len(), 3, "{answer:#}");
+    for wait in waits {
+        assert!(wait["what"].as_str().unwrap().contains("(p50)"), "{wait}");
+    }
 
     // Slot 100 forgotten by every node.
     for server in &cluster.servers {

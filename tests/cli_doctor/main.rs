@@ -6,6 +6,7 @@ mod support;
 #[path = "../support/tool.rs"]
 mod tool;
 
+mod clients;
 mod failover;
 mod replication;
 mod tls;
@@ -141,6 +142,16 @@ fn a_user_refused_info_pexpire_and_the_channel_is_told_exactly_what_to_grant() {
 
     // INFO refused, the version still comes from HELLO.
     assert_eq!(finding(&answer, "server.version")["severity"], "fine");
+    // CLIENT LIST (@dangerous) refused: the connected clients are unknown, not guessed; and
+    // the WAIT's cost too, without INFO to count the replicas.
+    let connected = finding(&answer, "clients.connected");
+    assert_eq!(connected["severity"], "warning", "{connected}");
+    assert!(connected["what"]
+        .as_str()
+        .unwrap()
+        .contains("CLIENT LIST was refused"));
+    let wait = finding(&answer, "clients.replica_wait");
+    assert!(wait["what"].as_str().unwrap().contains("unknown"), "{wait}");
 
     // The same user with what the doctor said granted: no permission problem left.
     let granted = server.command(&[
@@ -213,7 +224,8 @@ fn an_unreachable_server_is_a_redis_error() {
 /// The warnings of `answer` but the round trip's, which a loaded machine may slow.
 fn warnings(answer: &Value) -> Vec<String> {
     let mut warnings = checks(answer, "warning");
-    warnings.retain(|check| check != "clients.round_trip");
+    // Timings, which a loaded machine can slow.
+    warnings.retain(|check| check != "clients.round_trip" && check != "clients.replica_wait");
     warnings
 }
 

@@ -50,6 +50,15 @@ fn a_healthy_master_with_a_replica_is_fine() {
         "{round_trip}"
     );
 
+    // What a WAIT for the replica costs: timed, with its p50.
+    let wait = finding(&answer, "clients.replica_wait");
+    let what = wait["what"].as_str().unwrap();
+    assert!(
+        what.contains("(p50)") && what.contains("1 replica(s)"),
+        "{wait}"
+    );
+    assert_eq!(wait["doc"], "docs/operations.md#the-cost-of-a-wait");
+
     // The same in words, grouped.
     let output = run(&master, &["doctor"]);
     let text = String::from_utf8(output.stdout).unwrap();
@@ -70,6 +79,12 @@ fn a_master_without_a_replica_is_a_warning() {
         "{alone}"
     );
     assert_eq!(alone["doc"], "docs/topologies.md#a-master-with-replicas");
+    let wait = finding(&answer, "clients.replica_wait");
+    assert_eq!(wait["severity"], "fine", "{wait}");
+    assert!(
+        wait["what"].as_str().unwrap().contains("nothing to time"),
+        "{wait}"
+    );
 }
 
 #[test]

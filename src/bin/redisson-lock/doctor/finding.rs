@@ -111,6 +111,9 @@ pub(crate) mod doc {
     pub(crate) const CLUSTER: &str = "docs/topologies.md#cluster";
     pub(crate) const CLOCKS: &str = "docs/reliability.md#the-fair-lock-and-the-clock";
     pub(crate) const LATENCY: &str = "docs/operations.md#round-trips-and-clocks";
+    pub(crate) const CONNECTED: &str = "docs/operations.md#connected-clients";
+    pub(crate) const PUBSUB_MODE: &str = "docs/operations.md#pubsub-java-and-this-crate";
+    pub(crate) const REPLICA_WAIT: &str = "docs/operations.md#the-cost-of-a-wait";
     pub(crate) const TIMEOUTS: &str = "docs/topologies.md#failover-timings-and-the-lease";
 }
 

@@ -5,8 +5,8 @@
 //! The checks, each in its own file: the server and its version (`server.rs`), the user's
 //! permissions (`permissions.rs`), each master's replication and persistence
 //! (`replication.rs`), the Sentinels (`sentinel.rs`) and the cluster (`cluster.rs`), which
-//! also find the masters to look at, and each master's round trip and clock as this machine
-//! sees them (`clients.rs`). The connections and the commands they send are in
+//! also find the masters to look at, and each master's round trip, clock, connected clients
+//! and `WAIT` as this machine sees them, and the pub/sub the clients use (`clients.rs`). The connections and the commands they send are in
 //! `node.rs`, the findings in `finding.rs`; this file reaches the deployment, runs the checks
 //! and prints. It never guesses: what it cannot read is a warning saying so and why.
 
@@ -76,6 +76,7 @@ pub(crate) async fn doctor(cli: &Cli, name: &str) -> Outcome {
     for master in &masters {
         findings.extend(clients::check(master).await);
     }
+    findings.push(clients::pubsub_mode(shape, &masters).await);
 
     // Problems first, then warnings, then what is fine; in the order checked within each.
     findings.sort_by_key(|finding| finding.severity);

@@ -13,6 +13,10 @@ use redisson_lock::fred::types::{Builder, ClusterHash, CustomCommand, Value};
 /// How long a connection or one command may take before the server counts as not answering.
 const TIMEOUT: Duration = Duration::from_secs(5);
 
+/// The name the doctor gives its own connections (`CLIENT SETNAME`, best effort), so that
+/// the count of connected clients leaves them out, and so that operators can tell them apart.
+pub(crate) const DOCTOR_NAME: &str = "redisson-lock-doctor";
+
 /// A connection to one server, `host:port`.
 pub(crate) struct Node {
     pub(crate) address: String,
@@ -37,7 +41,13 @@ impl Node {
         let client = builder.build().map_err(|error| error.to_string())?;
         let address = format!("{host}:{port}");
         match tokio::time::timeout(TIMEOUT * 2, client.init()).await {
-            Ok(Ok(_task)) => Ok(Node { address, client }),
+            Ok(Ok(_task)) => {
+                let node = Node { address, client };
+                // Best effort: a user refused CLIENT SETNAME leaves it unnamed, and the count
+                // of clients then leaves out the connection it is read on by its CLIENT ID.
+                let _ = node.call(&["CLIENT", "SETNAME", DOCTOR_NAME]).await;
+                Ok(node)
+            }
             Ok(Err(error)) => {
                 let _ = client.quit().await;
                 Err(connect_words(&address, error))
