@@ -1,7 +1,8 @@
 //! The name a client gives its connections (`CLIENT SETNAME redisson-lock:<client uuid>`),
 //! so that operators and the `redisson-lock` tool can tell a live holder of this crate from
-//! one whose client is gone. Every connection the client opens is named: each master's on a
-//! cluster, and again after every reconnect, since a new connection starts unnamed.
+//! one whose client is gone. Every connection the client sends commands on is named: each
+//! master's on a cluster, and again after every reconnect, since a new connection starts
+//! unnamed. The subscriber's connection is not: it carries no hold, only messages.
 
 use fred::clients::Client;
 use fred::interfaces::{ClientLike, ClusterInterface, EventInterface};

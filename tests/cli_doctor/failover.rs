@@ -91,7 +91,8 @@ fn a_cluster_slot_without_a_master_or_a_master_without_a_replica_is_found() {
     let mode = finding(&answer, "clients.pubsub_mode");
     let what = mode["what"].as_str().unwrap();
     if support::server::server_version() >= (7, 0) {
-        assert_eq!(mode["severity"], "warning", "{mode}");
+        // Fine: Java's default and this crate's hear each other; the advice covers the rest.
+        assert_eq!(mode["severity"], "fine", "{mode}");
         assert!(what.contains("uses sharded pub/sub"), "{mode}");
         assert!(mode["advice"]
             .as_str()
