@@ -221,10 +221,7 @@ impl Evalsha {
     /// The EVALSHA's command and arguments.
     fn command(&self) -> (CustomCommand, Vec<Value>) {
         let command = CustomCommand::new_static("EVALSHA", ClusterHash::Custom(self.slot), false);
-        let mut argv = Vec::with_capacity(1 + self.call.argv.len());
-        argv.push(Value::String(self.call.script.sha().clone()));
-        argv.extend_from_slice(&self.call.argv);
-        (command, argv)
+        (command, self.call.evalsha_args())
     }
 
     /// The reply `first` made final: a redirected script is sent where the cluster says,
