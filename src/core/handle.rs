@@ -27,6 +27,7 @@ use crate::core::protocol::{Answer, OnTheWire, Place, Protocol, Target};
 use crate::core::release::{release, release_settled, replicated, By, Released};
 use crate::core::wait::{self, Wait, WaitStrategy, Wake};
 use crate::engine::Engine;
+use crate::topology::runner::{InPlace, OwnBox};
 
 /// One lock of one kind, with the lease and wait strategy of the holds it takes. Cheap to
 /// clone; every public handle wraps one (two for the read-write lock).
@@ -246,7 +247,7 @@ impl Handle {
                 boxed_in_place(|| async move {
                     let _permit = permit.transpose()?;
                     let (engine, key) = (&lock.engine, &lock.keys.raw);
-                    let (reply, confirmation) = engine.send_confirmed(call, key).await;
+                    let (reply, confirmation) = engine.send_confirmed::<InPlace>(call, key).await;
                     let attempt = lock.kind.read_acquire(Answer {
                         lock: &lock,
                         owner: &owner,
@@ -323,7 +324,7 @@ impl Handle {
         let (lock, engine) = (&self.lock, &self.lock.engine);
         let registered = engine.watchdog().generations_of_key(&lock.keys.raw);
         let (reply, confirmation) = engine
-            .run_confirmed(lock.kind.force_release(lock), &lock.keys.raw, &lock.name)
+            .run_confirmed::<OwnBox>(lock.kind.force_release(lock), &lock.keys.raw, &lock.name)
             .await?;
         let freed = matches!(reply, Value::Integer(1));
         // Nothing was deleted otherwise: a read-write lock held in the other mode keeps

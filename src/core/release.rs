@@ -16,6 +16,7 @@ use crate::core::protocol::Target;
 use crate::engine::latches::Latch;
 use crate::engine::Engine;
 use crate::topology::replicas::Confirmation;
+use crate::topology::runner::InPlace;
 use crate::topology::script::nil_or_int;
 
 /// What a release did.
@@ -105,7 +106,10 @@ pub(crate) async fn release(
         let script = call.script;
         call.push_key(latch.key.clone());
         call.push_args([latch_ttl.clone(), latch.request.clone()]);
-        match engine.run_confirmed(call, &lock.keys.raw, &lock.name).await {
+        match engine
+            .run_confirmed::<InPlace>(call, &lock.keys.raw, &lock.name)
+            .await
+        {
             Err(error) if error.is_retryable() && sent < RELEASE_SENDS => {
                 tracing::debug!(%error, lock = %lock.name, "release failed; resending");
                 observe::release_resent(lock.kind.kind());

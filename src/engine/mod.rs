@@ -30,7 +30,7 @@ use crate::engine::watchdog::Watchdog;
 use crate::topology::link::Link;
 use crate::topology::pubsub::{Choice, PubSub};
 use crate::topology::replicas::{Confirmation, Replicas};
-use crate::topology::runner::ScriptRunner;
+use crate::topology::runner::{Placement, ScriptRunner};
 use crate::topology::script::Call;
 use crate::topology::sentinel::{self, NamedMaster};
 
@@ -306,21 +306,23 @@ impl Engine {
     /// [`run`](Engine::run) for a lock script that writes to `key`, with a WAIT right
     /// behind it where a replica must confirm its writes: the reply, and what confirms the
     /// write (see [`confirm`](Engine::confirm)).
-    pub(crate) async fn run_confirmed(
+    pub(crate) async fn run_confirmed<P: Placement>(
         &self,
         call: Call,
         key: &str,
         name: &str,
     ) -> Result<(fred::types::Value, Confirmation)> {
         self.check_open()?;
-        let (reply, confirmation) = self.send_confirmed(call, key).await;
+        let (reply, confirmation) = self.send_confirmed::<P>(call, key).await;
         Ok((reply.map_err(|e| map_redis_error(e, name))?, confirmation))
     }
 
     /// [`run_confirmed`](Engine::run_confirmed) with the reply as Redis gave it: the one
     /// way every lock script that writes is sent (acquisitions, their undoing, releases,
     /// force releases), so that its WAIT follows it on the connection that carried it.
-    pub(crate) async fn send_confirmed(
+    /// `P`: where its send is made: [`InPlace`](crate::topology::runner::InPlace) when this
+    /// future is itself made in a box (see [`Placement`]).
+    pub(crate) async fn send_confirmed<P: Placement>(
         &self,
         call: Call,
         key: &str,
@@ -328,7 +330,7 @@ impl Engine {
         if let Err(refused) = self.link.check().await {
             return (Err(refused), Confirmation::Needless);
         }
-        match self.replicas.run(&self.scripts, call, key).await {
+        match self.replicas.run::<P>(&self.scripts, call, key).await {
             (Err(error), confirmation) => (Err(self.link.explain(error).await), confirmation),
             sent => sent,
         }

@@ -16,6 +16,7 @@ use crate::base::keys::Str;
 use crate::base::time::millis;
 use crate::engine::owed::Writing;
 use crate::engine::Engine;
+use crate::topology::runner::OwnBox;
 use crate::topology::script::{static_arg, Call, Script, SEMAPHORE_SET};
 
 /// How long the undoing of an unanswered attempt is tried, well within [`RECORD_KEPT`].
@@ -58,7 +59,7 @@ impl Counter {
     /// Runs a script that writes, and waits for a replica where the client checks them.
     pub(crate) async fn write(&self, call: Call) -> Result<Value> {
         let (engine, key, name) = (&self.engine, &self.raw, &self.name);
-        let (reply, confirmation) = engine.run_confirmed(call, key, name).await?;
+        let (reply, confirmation) = engine.run_confirmed::<OwnBox>(call, key, name).await?;
         engine.confirm(confirmation, key, name).await?;
         Ok(reply)
     }
@@ -98,7 +99,7 @@ impl Counter {
             );
             // Sent whether or not the client is closing: a shutdown waits for it.
             let written = async {
-                let (reply, confirmation) = engine.send_confirmed(call, key).await;
+                let (reply, confirmation) = engine.send_confirmed::<OwnBox>(call, key).await;
                 let reply = reply.map_err(|e| map_redis_error(e, name))?;
                 engine.confirm(confirmation, key, name).await?;
                 Ok::<_, Error>(reply)
@@ -138,7 +139,10 @@ impl Counter {
         let give_up = Instant::now() + UNDO_FOR;
         let mut pause = OUTAGE_BACKOFF.0;
         loop {
-            let (reply, _) = self.engine.send_confirmed(call(), &self.raw).await;
+            let (reply, _) = self
+                .engine
+                .send_confirmed::<OwnBox>(call(), &self.raw)
+                .await;
             match reply.map_err(|e| map_redis_error(e, &self.name)) {
                 Err(error) if error.is_retryable() && Instant::now() + pause < give_up => {
                     tracing::debug!(%error, "undoing an unanswered acquire failed; retrying");

@@ -72,11 +72,19 @@ impl ScriptRunner {
         &self,
         call: Call,
     ) -> impl Future<Output = Result<Value, RedisError>> + Send + 'static {
+        self.run_placed::<OwnBox>(call)
+    }
+
+    /// [`run`](Self::run), its first send made as `P` says (see [`Placement`]).
+    pub(crate) fn run_placed<P: Placement>(
+        &self,
+        call: Call,
+    ) -> impl Future<Output = Result<Value, RedisError>> + Send + 'static {
         let mut send = self.sender(call, None);
         let named = self.named.clone();
         async move {
             sentinel::checked(&named, Ok(()))?;
-            let reply = send.once().await;
+            let reply = P::once(&send).await;
             let reply = if is_final(&reply) {
                 reply
             } else {
@@ -90,6 +98,7 @@ impl ScriptRunner {
     /// with `behind` (a WAIT, say) sent right behind the EVALSHA, so that the server runs it
     /// next on the same connection. Its answer comes back when it followed the EVALSHA that
     /// ran: not when that was redirected or refused with NOSCRIPT, and sent again.
+    /// The future returned is a box, made in place, which so carries fred's future too.
     pub(crate) fn run_followed<T: Send + 'static>(
         &self,
         call: Call,
@@ -98,7 +107,7 @@ impl ScriptRunner {
     ) -> BoxFuture<Followed<T>> {
         let mut send = self.sender(call, node);
         let named = self.named.clone();
-        Box::pin(async move {
+        boxed_in_place(|| async move {
             if let Err(astray) = sentinel::checked(&named, Ok(())) {
                 let node = send.node;
                 return Followed {
@@ -108,7 +117,7 @@ impl ScriptRunner {
                 };
             }
             let (reply, followed) = {
-                let mut sent = send.once();
+                let mut sent = std::pin::pin!(send.once_in_place());
                 // fred queues a command in its first poll: the EVALSHA goes first.
                 let early = std::future::poll_fn(|cx| Poll::Ready(sent.as_mut().poll(cx))).await;
                 let reply = async {
@@ -152,8 +161,33 @@ pub(crate) struct Followed<T> {
     pub(crate) node: Option<Server>,
 }
 
+/// Where a script's first EVALSHA future is made (a follow-up, rare, has a box of its own).
+/// fred's command futures are large (kilobytes) and are copied when moved.
+pub(crate) trait Placement: 'static {
+    fn once(send: &Evalsha) -> impl Future<Output = Result<Value, RedisError>> + Send + '_;
+}
+
+/// In a box of its own: the script's future stays small, for callers that carry it.
+pub(crate) enum OwnBox {}
+
+/// In the script's future itself: for callers whose future is already made in a box
+/// (an acquisition's, a release's), which so carries fred's without a second allocation.
+pub(crate) enum InPlace {}
+
+impl Placement for OwnBox {
+    fn once(send: &Evalsha) -> impl Future<Output = Result<Value, RedisError>> + Send + '_ {
+        send.once()
+    }
+}
+
+impl Placement for InPlace {
+    fn once(send: &Evalsha) -> impl Future<Output = Result<Value, RedisError>> + Send + '_ {
+        send.once_in_place()
+    }
+}
+
 /// One script call as EVALSHA sends it.
-struct Evalsha {
+pub(crate) struct Evalsha {
     redis: WithOptions<Client>,
     slot: u16,
     call: Call,
@@ -165,18 +199,21 @@ struct Evalsha {
 impl Evalsha {
     /// One EVALSHA, made in a box (see [`ScriptRunner::run`]).
     fn once(&self) -> Pin<Box<dyn Future<Output = Result<Value, RedisError>> + Send + '_>> {
+        boxed_in_place(|| self.once_in_place())
+    }
+
+    /// One EVALSHA, made where it is awaited.
+    async fn once_in_place(&self) -> Result<Value, RedisError> {
         let (command, argv) = self.command();
         match &self.node {
-            None => boxed_in_place(|| self.redis.custom::<Value, Value>(command, argv)),
+            None => self.redis.custom::<Value, Value>(command, argv).await,
             Some(node) => {
                 let to_node = Options {
                     cluster_node: Some(node.clone()),
                     ..self.redis.options().clone()
                 };
-                boxed_in_place(|| async move {
-                    let client: &Client = &self.redis;
-                    client.with_options(&to_node).custom(command, argv).await
-                })
+                let client: &Client = &self.redis;
+                client.with_options(&to_node).custom(command, argv).await
             }
         }
     }
@@ -184,10 +221,7 @@ impl Evalsha {
     /// The EVALSHA's command and arguments.
     fn command(&self) -> (CustomCommand, Vec<Value>) {
         let command = CustomCommand::new_static("EVALSHA", ClusterHash::Custom(self.slot), false);
-        let mut argv = Vec::with_capacity(1 + self.call.argv.len());
-        argv.push(Value::String(self.call.script.sha().clone()));
-        argv.extend_from_slice(&self.call.argv);
-        (command, argv)
+        (command, self.call.evalsha_args())
     }
 
     /// The reply `first` made final: a redirected script is sent where the cluster says,

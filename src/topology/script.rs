@@ -38,11 +38,12 @@ impl Script {
     }
 }
 
-/// One script call, ready to send: the script and EVALSHA's arguments after the SHA (the
-/// number of keys, the KEYS, then the ARGV), laid out once so that a send copies one list.
+/// One script call, ready to send: the script, its keys then its arguments (EVALSHA's
+/// arguments after the SHA and the number of keys), laid out once so that a send copies
+/// one list.
 pub(crate) struct Call {
     pub(crate) script: &'static Script,
-    pub(crate) argv: Vec<Value>,
+    argv: Argv,
     keys: usize,
 }
 
@@ -60,19 +61,17 @@ impl Call {
         args: impl IntoIterator<Item = Value, IntoIter: ExactSizeIterator>,
     ) -> Call {
         let (keys, args) = (keys.into_iter(), args.into_iter());
-        let mut argv = Vec::with_capacity(1 + keys.len() + args.len() + 3);
-        argv.push(Value::Integer(keys.len() as i64));
+        let mut argv = Argv::with_capacity(keys.len() + args.len() + 3);
         argv.extend(keys);
-        let keys = argv.len() - 1;
+        let keys = argv.len();
         argv.extend(args);
         Call { script, argv, keys }
     }
 
     /// Appends a key after the others.
     pub(crate) fn push_key(&mut self, key: Value) {
-        self.keys += 1;
         self.argv.insert(self.keys, key);
-        self.argv[0] = Value::Integer(self.keys as i64);
+        self.keys += 1;
     }
 
     /// Appends arguments after the others.
@@ -80,16 +79,134 @@ impl Call {
         self.argv.extend(args);
     }
 
+    /// EVALSHA's arguments: the SHA, the number of keys, the keys, then the arguments.
+    pub(crate) fn evalsha_args(&self) -> Vec<Value> {
+        let mut all = Vec::with_capacity(2 + self.argv.len());
+        all.push(Value::String(self.script.sha().clone()));
+        all.push(Value::Integer(self.keys as i64));
+        self.argv.copy_to(&mut all);
+        all
+    }
+
     /// `error`, naming this script and its keys when the server refused it as a whole for
     /// a key this user may not use (the server names none).
     pub(crate) fn explain(&self, error: RedisError) -> RedisError {
-        let keys = self.argv[1..=self.keys].iter().filter_map(Value::as_string);
+        let keys = (0..self.keys).filter_map(|at| self.argv.text(at));
         refused_keys(error, self.script.name, keys.collect())
     }
 
     /// The first key, which routes the call.
     pub(crate) fn first_key(&self) -> Option<&[u8]> {
-        (self.keys > 0).then(|| self.argv[1].as_bytes()).flatten()
+        (self.keys > 0).then(|| self.argv.bytes(0)).flatten()
+    }
+}
+
+/// The keys and arguments a call holds in place: a lock's release has 9 (3 keys, 6
+/// arguments), and every allocation counts on a lock's hot path.
+const IN_PLACE: usize = 9;
+
+/// One key or argument held in place: text or an integer, what a lock's calls send (less
+/// than fred's `Value`, so that a call stays small).
+enum Arg {
+    Text(Str),
+    Integer(i64),
+}
+
+impl Arg {
+    fn value(&self) -> Value {
+        match self {
+            Arg::Text(text) => Value::String(text.clone()),
+            Arg::Integer(n) => Value::Integer(*n),
+        }
+    }
+}
+
+/// A call's keys and arguments: in place up to [`IN_PLACE`] texts and integers, so that a
+/// send allocates only the list fred is handed (the call is kept to be sent again after
+/// NOSCRIPT or a redirection); more, or others, on the heap.
+#[allow(clippy::large_enum_variant, reason = "in place is the point")]
+enum Argv {
+    InPlace { items: [Arg; IN_PLACE], len: usize },
+    Heap(Vec<Value>),
+}
+
+impl Argv {
+    fn with_capacity(capacity: usize) -> Argv {
+        if capacity <= IN_PLACE {
+            let items = [const { Arg::Integer(0) }; IN_PLACE];
+            Argv::InPlace { items, len: 0 }
+        } else {
+            Argv::Heap(Vec::with_capacity(capacity))
+        }
+    }
+
+    fn len(&self) -> usize {
+        match self {
+            Argv::InPlace { len, .. } => *len,
+            Argv::Heap(items) => items.len(),
+        }
+    }
+
+    fn push(&mut self, value: Value) {
+        let Argv::InPlace { items, len } = self else {
+            if let Argv::Heap(items) = self {
+                items.push(value);
+            }
+            return;
+        };
+        let arg = match value {
+            Value::String(text) if *len < IN_PLACE => Arg::Text(text),
+            Value::Integer(n) if *len < IN_PLACE => Arg::Integer(n),
+            value => {
+                let mut spilled = Vec::with_capacity(2 * IN_PLACE);
+                spilled.extend(items[..*len].iter().map(Arg::value));
+                spilled.push(value);
+                *self = Argv::Heap(spilled);
+                return;
+            }
+        };
+        items[*len] = arg;
+        *len += 1;
+    }
+
+    fn extend(&mut self, values: impl IntoIterator<Item = Value>) {
+        for value in values {
+            self.push(value);
+        }
+    }
+
+    /// Puts `value` at `at`, after those before it.
+    fn insert(&mut self, at: usize, value: Value) {
+        self.push(value);
+        match self {
+            Argv::InPlace { items, len } => items[at..*len].rotate_right(1),
+            Argv::Heap(items) => items[at..].rotate_right(1),
+        }
+    }
+
+    /// Appends them all to `to`.
+    fn copy_to(&self, to: &mut Vec<Value>) {
+        match self {
+            Argv::InPlace { items, len } => to.extend(items[..*len].iter().map(Arg::value)),
+            Argv::Heap(items) => to.extend_from_slice(items),
+        }
+    }
+
+    fn bytes(&self, at: usize) -> Option<&[u8]> {
+        match self {
+            Argv::InPlace { items, .. } => match &items[at] {
+                Arg::Text(text) => Some(text.as_bytes()),
+                Arg::Integer(_) => None,
+            },
+            Argv::Heap(items) => items[at].as_bytes(),
+        }
+    }
+
+    fn text(&self, at: usize) -> Option<String> {
+        match self {
+            Argv::InPlace { items, .. } => items[at].value().as_string(),
+            Argv::Heap(items) => items[at].as_string(),
+        }
     }
 }
 
@@ -210,6 +327,7 @@ mod tests {
         call.push_key(Value::from("k2"));
         call.push_args([Value::from("a2"), Value::from(3)]);
         let expected: Vec<Value> = vec![
+            Value::String(LOCK_RELEASE.sha().clone()),
             2.into(),
             "k1".into(),
             "k2".into(),
@@ -217,10 +335,31 @@ mod tests {
             "a2".into(),
             3.into(),
         ];
-        assert_eq!(call.argv, expected);
+        assert_eq!(call.evalsha_args(), expected);
         assert_eq!(call.first_key(), Some(&b"k1"[..]));
         let keyless = Call::new(&READ_LOCKED, &[], Vec::new());
         assert_eq!(keyless.first_key(), None);
+    }
+
+    #[test]
+    fn a_call_past_its_room_in_place_keeps_its_order() {
+        let args: Vec<Value> = (0..IN_PLACE as i64 - 5).map(Value::from).collect();
+        let mut call = Call::of(&LOCK_RELEASE, [Value::from("k1")], args.clone());
+        call.push_key(Value::from("k2"));
+        call.push_args([Value::from("a2"), Value::from("a3"), Value::from("a4")]);
+        call.push_key(Value::from("k3"));
+        let sha = Value::String(LOCK_RELEASE.sha().clone());
+        let mut expected = vec![sha, 3.into(), "k1".into(), "k2".into(), "k3".into()];
+        expected.extend(args);
+        expected.extend(["a2".into(), "a3".into(), "a4".into()]);
+        assert_eq!(call.evalsha_args(), expected);
+        // A value neither text nor an integer goes to the heap with the others.
+        let mut call = Call::of(&LOCK_RELEASE, [Value::from("k1")], [Value::Null]);
+        call.push_key(Value::from("k2"));
+        let sha = Value::String(LOCK_RELEASE.sha().clone());
+        let expected = vec![sha, 2.into(), "k1".into(), "k2".into(), Value::Null];
+        assert_eq!(call.evalsha_args(), expected);
+        assert_eq!(call.first_key(), Some(&b"k1"[..]));
     }
 
     #[test]

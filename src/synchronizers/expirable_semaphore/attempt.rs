@@ -13,6 +13,7 @@ use crate::base::time::{epoch_millis, millis};
 use crate::core::attempt::{Attempt, InFlight};
 use crate::core::guard::release_in_background;
 use crate::synchronizers::counter::RECORD_KEPT;
+use crate::topology::runner::OwnBox;
 use crate::topology::script::{Call, EXPIRABLE_ACQUIRE, EXPIRABLE_UNDO};
 
 use super::{Inner, PermitId, NEVER};
@@ -64,7 +65,7 @@ pub(super) fn attempt(
         boxed_in_place(|| async move {
             let inner = &undo.inner;
             let (engine, key, name) = (&inner.engine, &inner.raw, &inner.name);
-            let (reply, confirmation) = engine.send_confirmed(call, key).await;
+            let (reply, confirmation) = engine.send_confirmed::<OwnBox>(call, key).await;
             let attempt = reply
                 .map_err(|e| map_redis_error(e, name))
                 .and_then(|reply| read_acquire(reply, now));

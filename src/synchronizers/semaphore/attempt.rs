@@ -12,6 +12,7 @@ use crate::base::keys::{self, Str};
 use crate::core::attempt::{Attempt, InFlight};
 use crate::core::guard::release_in_background;
 use crate::synchronizers::counter::RECORD_KEPT;
+use crate::topology::runner::OwnBox;
 use crate::topology::script::{Call, SEMAPHORE_ACQUIRE, SEMAPHORE_UNDO};
 
 use super::{Inner, RECHECK};
@@ -44,7 +45,7 @@ pub(super) fn attempt(
         boxed_in_place(|| async move {
             let inner = &undo.inner;
             let (engine, key, name) = (&inner.engine, &inner.raw, &inner.name);
-            let (reply, confirmation) = engine.send_confirmed(call, key).await;
+            let (reply, confirmation) = engine.send_confirmed::<OwnBox>(call, key).await;
             let attempt = reply
                 .map_err(|e| map_redis_error(e, name))
                 .and_then(read_acquire)

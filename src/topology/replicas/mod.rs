@@ -24,7 +24,7 @@ use tokio::sync::broadcast::{self, error::TryRecvError};
 
 use crate::base::boxed::BoxFuture;
 use crate::base::error::{map_redis_error, Error, Result};
-use crate::topology::runner::ScriptRunner;
+use crate::topology::runner::{Placement, ScriptRunner};
 use crate::topology::script::{slot_of, Call};
 use count::{Count, Counts};
 use waits::{Acknowledged, Request, Waits};
@@ -99,7 +99,8 @@ impl Replicas {
     /// Every WAIT goes through `scripts`' own client, to the master the script was sent to:
     /// on the one connection that carried the script's write there. A WAIT on any other
     /// connection would be answered without regard to that write.
-    pub(crate) async fn run(
+    /// `P`: where the script's send is made (see [`Placement`]).
+    pub(crate) async fn run<P: Placement>(
         &self,
         scripts: &ScriptRunner,
         call: Call,
@@ -107,7 +108,7 @@ impl Replicas {
     ) -> (Result<Value, RedisError>, Confirmation) {
         let redis = scripts.client();
         let Some(timeout) = self.timeout else {
-            return (scripts.run(call).await, Confirmation::Needless);
+            return (scripts.run_placed::<P>(call).await, Confirmation::Needless);
         };
         let connections = self.connections_made(redis);
         let written = |node| Written { node, connections };
@@ -118,7 +119,7 @@ impl Replicas {
                 wary: false,
                 ..
             }) => {
-                return (scripts.run(call).await, Confirmation::Needless);
+                return (scripts.run_placed::<P>(call).await, Confirmation::Needless);
             }
             // Boxed, as rare: see `count`.
             Ok(Count {
