@@ -132,18 +132,25 @@ impl Counter {
         Ok(int_reply(&SEMAPHORE_SET, self.write(call).await?)? == 1)
     }
 
-    /// Sends the undo script `call` makes until it ran, or until [`UNDO_FOR`] has passed
-    /// (after which the attempt record it needs may be gone), backing off between tries of
-    /// transient errors. Its reply, or the error that ended the tries.
+    /// Sends the undo script `call` makes until it ran and, where the client checks replicas,
+    /// a replica confirmed it, or until [`UNDO_FOR`] has passed (after which the attempt
+    /// record it needs may be gone), backing off between tries of transient errors. An undo
+    /// a failover lost would leave the attempt's permits taken for good; sent again, it finds
+    /// the record and gives back nothing twice. Its reply, or the error that ended the tries.
     pub(crate) async fn undo_until_done(&self, call: impl Fn() -> Call) -> Result<Value> {
+        let (engine, key, name) = (&self.engine, &self.raw, &self.name);
         let give_up = Instant::now() + UNDO_FOR;
         let mut pause = OUTAGE_BACKOFF.0;
         loop {
-            let (reply, _) = self
-                .engine
-                .send_confirmed::<OwnBox>(call(), &self.raw)
-                .await;
-            match reply.map_err(|e| map_redis_error(e, &self.name)) {
+            let (reply, confirmation) = engine.send_confirmed::<OwnBox>(call(), key).await;
+            let undone = match reply.map_err(|e| map_redis_error(e, name)) {
+                Ok(reply) => engine
+                    .confirm(confirmation, key, name)
+                    .await
+                    .map(|()| reply),
+                failed => failed,
+            };
+            match undone {
                 Err(error) if error.is_retryable() && Instant::now() + pause < give_up => {
                     tracing::debug!(%error, "undoing an unanswered acquire failed; retrying");
                     tokio::time::sleep(pause).await;
