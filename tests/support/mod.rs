@@ -11,6 +11,7 @@ pub mod resource;
 pub mod server;
 pub mod synchronizers;
 pub mod tally;
+pub mod tls;
 pub mod topology;
 pub mod workload;
 
