@@ -3,6 +3,12 @@
 
 use super::*;
 
+/// Asserts that `answer` looked at the master on `port`.
+fn names_the_master(answer: &Value, port: u16) {
+    let address = answer["deployment"]["address"].as_str().unwrap();
+    assert!(address.ends_with(&port.to_string()), "{answer:#}");
+}
+
 #[test]
 fn a_sentinel_down_is_a_warning_with_the_quorum_kept() {
     let mut setup = support::topology::SentinelSetup::start();
@@ -15,14 +21,7 @@ fn a_sentinel_down_is_a_warning_with_the_quorum_kept() {
     });
     let (answer, code) = run_json_at(&setup.url(), &["doctor"]);
     assert_eq!(answer["deployment"]["kind"], "sentinel", "{answer:#}");
-    let master = setup.master_port().to_string();
-    assert!(
-        answer["deployment"]["address"]
-            .as_str()
-            .unwrap()
-            .ends_with(&master),
-        "{answer:#}"
-    );
+    names_the_master(&answer, setup.master_port());
     let reachable = finding(&answer, "sentinel.reachable");
     assert_eq!(reachable["severity"], "warning", "{reachable}");
     let what = reachable["what"].as_str().unwrap();
@@ -172,14 +171,7 @@ fn a_user_refused_sentinel_master_gets_the_quorum_unknown_not_guessed() {
         assert_eq!(reply, "OK");
     }
     let (answer, _) = run_json_at(&url, &["doctor"]);
-    let master = setup.master_port().to_string();
-    assert!(
-        answer["deployment"]["address"]
-            .as_str()
-            .unwrap()
-            .ends_with(&master),
-        "{answer:#}"
-    );
+    names_the_master(&answer, setup.master_port());
     assert_eq!(finding(&answer, "sentinel.reachable")["severity"], "fine");
     for check in ["sentinel.quorum", "sentinel.timings"] {
         let unknown = finding(&answer, check);
