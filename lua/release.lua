@@ -7,13 +7,19 @@
 -- here would replay as a release that happened.
 local NOT_HELD = 'none'
 
--- The record of `request` with the reply `outcome` (nil, 0 or 1, the only replies a
--- release has), spelled out rather than converted: Lua formats a number with sprintf.
+-- The outcome of a last release that handed the lock to a waiter (lock_hand_off.lua).
+local HANDED_OVER = 2
+
+-- The record of `request` with the reply `outcome` (nil, 0, 1 or HANDED_OVER, the only
+-- replies a release has), spelled out rather than converted: Lua formats a number with
+-- sprintf.
 local function latch_value(request, outcome)
     if outcome == nil then
         return request .. ':' .. NOT_HELD
     elseif outcome == 0 then
         return request .. ':0'
+    elseif outcome == HANDED_OVER then
+        return request .. ':2'
     end
     return request .. ':1'
 end

@@ -12,6 +12,7 @@ use fred::types::{Builder, ConnectHandle};
 use crate::base::error::{Error, Result};
 use crate::client::LockClient;
 use crate::core::lease::Lease;
+use crate::engine::hand_offs::HandOff;
 use crate::engine::{Engine, Settings};
 #[cfg(doc)]
 use crate::locks::fair_lock::FairLock;
@@ -47,6 +48,7 @@ enum Source {
 /// - `pubsub_mode`: [`PubSubMode::Auto`] (Redisson's `shardedSubscriptionMode` AUTO).
 /// - `wait_for_replicas`: on, with a 1 s timeout (Redisson's `checkLockSyncedSlaves` and
 ///   `slavesSyncTimeout`).
+/// - `hand_off`: [`HandOff::DEFAULT`], at most 16 hand-offs in a row within 50 ms.
 #[must_use]
 pub struct LockClientBuilder {
     source: Source,
@@ -57,6 +59,7 @@ pub struct LockClientBuilder {
     renew_by_slot: Option<bool>,
     pubsub_mode: PubSubMode,
     replica_wait: Option<Duration>,
+    hand_off: HandOff,
     database: Option<u8>,
 }
 
@@ -67,6 +70,7 @@ impl fmt::Debug for LockClientBuilder {
             .field("name_prefix", &self.name_prefix)
             .field("command_timeout", &self.command_timeout)
             .field("fair_wait_timeout", &self.fair_wait_timeout)
+            .field("hand_off", &self.hand_off)
             .finish_non_exhaustive()
     }
 }
@@ -82,6 +86,7 @@ impl Default for LockClientBuilder {
             renew_by_slot: None,
             pubsub_mode: PubSubMode::Auto,
             replica_wait: Some(Duration::from_secs(1)),
+            hand_off: HandOff::DEFAULT,
             database: None,
         }
     }
@@ -237,6 +242,22 @@ impl LockClientBuilder {
         self
     }
 
+    /// How a [`Lock`](crate::Lock) goes from task to task of this client. When a last
+    /// release finds a task of this client waiting for the lock, it gives that task the lock
+    /// in the same script: the waiter holds it one round trip after the release began,
+    /// instead of after the unlock message and an acquire script of its own. While the lock
+    /// goes from task to task it is never free, so nothing is published and waiters of other
+    /// clients keep waiting; `hand_off` bounds how long that lasts (see [`HandOff`]). The
+    /// data stays Redisson's: one owner field with its count, the key's TTL its lease.
+    ///
+    /// Waiters of this client are given the lock in the order they began to wait. Other
+    /// kinds (fair, fenced, spin, read-write, non-reentrant) never hand over.
+    /// [`HandOff::OFF`] releases every lock as Redisson does.
+    pub fn hand_off(mut self, hand_off: HandOff) -> Self {
+        self.hand_off = hand_off;
+        self
+    }
+
     /// Connects and starts the client's background tasks.
     ///
     /// # Errors
@@ -382,6 +403,7 @@ impl LockClientBuilder {
             fair_wait_timeout: self.fair_wait_timeout,
             renew_by_slot: self.renew_by_slot.unwrap_or(clustered),
             replica_wait,
+            hand_off: self.hand_off,
         };
         // Watched from here on: the subscriber is the engine's to quit at shutdown.
         if let Some(task) = subscriber_task {

@@ -39,6 +39,7 @@ pub use client::{LockClient, ShutdownReport};
 pub use core::guard::LockGuard;
 pub use core::lease::Lease;
 pub use core::wait::WaitStrategy;
+pub use engine::hand_offs::HandOff;
 pub use locks::exclusive::ExclusiveLock;
 pub use locks::fair_lock::FairLock;
 pub use locks::fenced_lock::{FencedGuard, FencedLock};

@@ -99,7 +99,7 @@ async fn a_known_run_is_counted() {
     let lock = client.lock("metrics:lock").unwrap();
     let (a, b) = (client.new_owner(), client.new_owner());
 
-    // Acquired, then busy, then a waiter that is woken.
+    // Acquired, then busy, then a waiter that the release hands the lock to.
     let held = lock.lock(&a).await.unwrap();
     assert!(lock.try_lock(&b).await.unwrap().is_none());
     let calls = evalsha_calls(&server);
@@ -115,6 +115,7 @@ async fn a_known_run_is_counted() {
     held.unlock().await.unwrap();
     let second = within(WAKE, "the waiter", waiter).await.unwrap().unwrap();
     assert_eq!(gauge("redisson_lock_waiters{}"), 0.0);
+    assert_eq!(counter("redisson_lock_hand_offs_total{kind=lock}"), 1);
 
     // Renewed by the watchdog, then lost when the key goes.
     eventually(10 * SECOND, "a renewal", || {

@@ -31,6 +31,8 @@ mod name {
     pub(super) const LEASES_LOST: &str = "redisson_lock_leases_lost_total";
     /// Counter `{kind}`: release scripts sent again after their reply was lost.
     pub(super) const RELEASES_RESENT: &str = "redisson_lock_releases_resent_total";
+    /// Counter `{kind}`: last releases that gave the lock to a waiting task of their client.
+    pub(super) const HAND_OFFS: &str = "redisson_lock_hand_offs_total";
     /// Counter `{kind, error}`: releases that failed (`not_held`, `redis`, `closed`, `other`).
     pub(super) const UNLOCK_ERRORS: &str = "redisson_lock_unlock_errors_total";
     /// Counter: reconnects of the subscriber connection.
@@ -149,6 +151,14 @@ pub(crate) fn released<R>(kind: &'static str, released: &Result<R>, not_held: im
 pub(crate) fn release_resent(kind: &'static str) {
     #[cfg(feature = "metrics")]
     metrics::counter!(name::RELEASES_RESENT, "kind" => kind).increment(1);
+    let _ = kind;
+}
+
+/// A last release of a lock of kind `kind` gave the lock to a waiting task of its client.
+#[inline]
+pub(crate) fn handed_off(kind: &'static str) {
+    #[cfg(feature = "metrics")]
+    metrics::counter!(name::HAND_OFFS, "kind" => kind).increment(1);
     let _ = kind;
 }
 

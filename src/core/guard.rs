@@ -21,6 +21,7 @@ use crate::core::kind::{HoldKind, Plain};
 use crate::core::lease::Lease;
 use crate::core::protocol::Target;
 use crate::core::release::{release_settled, By, Released};
+use crate::engine::hand_offs::Run;
 use crate::engine::watchdog::{HoldKey, Leaving, Ticket, Watchdog};
 use crate::engine::Engine;
 
@@ -258,6 +259,8 @@ pub(crate) struct Holding {
     /// knows of no other hold of the owner.
     lease_ms: i64,
     held_since: observe::Since,
+    /// Where the hold stands in a run of hand-offs between this client's tasks.
+    run: Run,
 }
 
 impl Holding {
@@ -274,7 +277,14 @@ impl Holding {
             active: true,
             lease_ms,
             held_since: observe::Since::now(),
+            run: Run::start(),
         }
+    }
+
+    /// The hold, handed over as the next of run `run`.
+    pub(crate) fn in_run(mut self, run: Run) -> Holding {
+        self.run = run;
+        self
     }
 
     fn unlock(mut self) -> impl Future<Output = Result<()>> + Send + 'static {
@@ -303,6 +313,7 @@ impl Holding {
             // Long enough for the owner's other holds that this client knows of.
             lease_ms: keep_alive.map_or(self.lease_ms, millis),
             generation,
+            run: self.run,
         })
     }
 }
@@ -314,6 +325,7 @@ struct Departure {
     owner: LockOwner,
     lease_ms: i64,
     generation: u64,
+    run: Run,
 }
 
 impl Departure {
@@ -323,10 +335,12 @@ impl Departure {
             owner,
             lease_ms,
             generation,
+            run,
         } = self;
-        match release_settled(&lock, &owner, lease_ms, Some(generation), By::Guard).await? {
+        let by = By::Guard;
+        match release_settled(&lock, &owner, lease_ms, Some(generation), by, Some(run)).await? {
             Released::NotHeld => Err(Error::not_held(&lock.name, &owner)),
-            Released::Partly | Released::Fully => Ok(()),
+            Released::Partly | Released::Fully | Released::Handed => Ok(()),
         }
     }
 }

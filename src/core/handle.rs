@@ -4,7 +4,7 @@
 //! and never looks at which kind it runs.
 
 use std::future::Future;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use fred::interfaces::{HashesInterface, KeysInterface};
@@ -21,6 +21,7 @@ use crate::base::time::millis;
 use crate::core::attempt::Taken;
 use crate::core::attempt::{Attempt, InFlight};
 use crate::core::guard::{Finishing, Holding, LockGuard, Renewal};
+use crate::core::hand_off::{self, Turn};
 use crate::core::kind::HoldKind;
 use crate::core::lease::Lease;
 use crate::core::protocol::{Answer, OnTheWire, Place, Protocol, Target};
@@ -190,8 +191,27 @@ impl Handle {
             on_the_wire,
         }) = self.lock.kind.line_up(&self.lock, owner, wait)
         else {
-            let attempt = || self.attempt(owner, lease_ms, wait, None);
-            return wait::acquire(engine, wake, deadline, attempt).await;
+            if self.lock.kind.hand_off().is_none() {
+                let attempt = || self.attempt(owner, lease_ms, wait, None);
+                return wait::acquire(engine, wake, deadline, attempt).await;
+            }
+            // Once busy, it may also be given the lock by a release of this client, taking
+            // turns with its own attempts.
+            let turn: OnceLock<Arc<Turn>> = OnceLock::new();
+            let attempt = || async {
+                // Made only once it is this attempt's turn: an attempt made is sent, even
+                // when dropped before it is polled (see `InFlight`).
+                let attempt = || self.attempt(owner, lease_ms, wait, None);
+                match turn.get() {
+                    Some(turn) => turn.attempt(attempt).await,
+                    None => attempt().await,
+                }
+            };
+            let handed = || {
+                let turn = turn.get_or_init(Arc::<Turn>::default).clone();
+                hand_off::handed(&self.lock, owner, (self.lease, lease_ms), turn)
+            };
+            return wait::acquire_or_handed(engine, wake, deadline, attempt, handed).await;
         };
         let attempt = || async {
             let attempted = self.attempt(owner, lease_ms, wait, Some(&on_the_wire));
@@ -312,9 +332,9 @@ impl Handle {
             }
             let (generation, keep_alive) = lock.engine.watchdog().plan_unlock(&hold);
             let lease_ms = keep_alive.map_or(lease_ms, millis);
-            match release_settled(lock, &owner, lease_ms, generation, By::Owner).await? {
+            match release_settled(lock, &owner, lease_ms, generation, By::Owner, None).await? {
                 Released::NotHeld => Err(Error::not_held(&lock.name, &owner)),
-                Released::Partly | Released::Fully => Ok(()),
+                Released::Partly | Released::Fully | Released::Handed => Ok(()),
             }
         })
     }

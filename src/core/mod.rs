@@ -4,6 +4,7 @@
 
 pub(crate) mod attempt;
 pub(crate) mod guard;
+pub(crate) mod hand_off;
 pub(crate) mod handle;
 pub(crate) mod kind;
 pub(crate) mod lease;

@@ -143,6 +143,12 @@ pub(crate) trait Protocol: Send + Sync + 'static {
     /// The script freeing the lock whoever holds it; it replies 1 when it freed something.
     fn force_release(&self, lock: &Target) -> Call;
 
+    /// For a kind whose last release may give the lock to a waiter of the same client (see
+    /// [`hand_off`](crate::core::hand_off)): the script that does.
+    fn hand_off(&self) -> Option<HandOffCall> {
+        None
+    }
+
     /// Whether anyone holds the lock in this kind's sense (a non-empty hash by default).
     fn is_locked(&self, lock: &Target) -> BoxFuture<Result<bool>> {
         // HLEN, not EXISTS: a key of another type is an error, as for `hold_count`.
@@ -156,6 +162,18 @@ pub(crate) trait Protocol: Send + Sync + 'static {
         None
     }
 }
+
+/// Builds the script releasing one hold of `owner` (a partial release resets the TTL to
+/// `lease_ms`) that gives the lock to `heir`, with a lease of `heir_lease_ms`, when it frees
+/// it; it replies as [`Protocol::release`]'s, or 2 when it handed the lock over. Without the
+/// unlock latch, which the caller appends as for [`Protocol::release`].
+pub(crate) type HandOffCall = fn(
+    lock: &Target,
+    owner: &LockOwner,
+    lease_ms: i64,
+    heir: &LockOwner,
+    heir_lease_ms: i64,
+) -> Call;
 
 /// A waiter's place in a line (see [`Protocol::line_up`]): how it paces its attempts, and
 /// what takes it out of the line when it gives up.

@@ -5,6 +5,7 @@
 use std::time::Duration;
 
 use fred::types::Value;
+use tokio::time::Instant;
 use tracing::Instrument;
 
 use crate::base::backoff::{release_resend_pause, RELEASE_SENDS};
@@ -12,7 +13,9 @@ use crate::base::error::{Error, Result};
 use crate::base::observe;
 use crate::base::owner::LockOwner;
 use crate::base::time::millis;
+use crate::core::hand_off::Heirship;
 use crate::core::protocol::Target;
+use crate::engine::hand_offs::Run;
 use crate::engine::latches::Latch;
 use crate::engine::Engine;
 use crate::topology::replicas::Confirmation;
@@ -25,6 +28,8 @@ pub(crate) enum Released {
     NotHeld,
     Partly,
     Fully,
+    /// The owner's last hold went to a waiter of this client (see `hand_off.rs`).
+    Handed,
 }
 
 /// Who releases: a guard, which already gave up its part in the registry, or a release
@@ -44,32 +49,48 @@ pub(crate) fn latch_ttl(engine: &Engine) -> Duration {
 /// Releases one hold of `owner` and brings the registry of holds in line with the reply.
 /// `generation`: the owner's entry when the release was sent. A partial release by a guard
 /// changes nothing more; one by the owner ends one hold of the entry. When the lock was
-/// freed or not held, that entry is forgotten (its other guards lose their hold with this
-/// one), never a newer one made by a later acquisition. Then waits for a replica to have
-/// the release (see [`Replicas`](crate::topology::replicas::Replicas)).
+/// freed, handed over or not held, that entry is forgotten (its other guards lose their hold
+/// with this one), never a newer one made by a later acquisition. Then waits for a replica
+/// to have the release (see [`Replicas`](crate::topology::replicas::Replicas)).
+///
+/// `run`: for a guard's hold, where it stands in a run of hand-offs; the owner's last hold
+/// then goes to a waiter of this client when the kind and the [`HandOff`](crate::HandOff)
+/// bound allow (see `hand_off.rs`).
 pub(crate) async fn release_settled(
     lock: &Target,
     owner: &LockOwner,
     lease_ms: i64,
     generation: Option<u64>,
     by: By,
+    run: Option<Run>,
 ) -> Result<Released> {
     let hold = lock.hold_key(owner);
     let kind = lock.kind.kind();
     let span = observe::release_span(&lock.name, kind);
-    let outcome = release(lock, owner, lease_ms).instrument(span).await;
+    let heirship = run.and_then(|run| Heirship::first(lock, run));
+    let sent_at = Instant::now();
+    let outcome = release_to(lock, owner, lease_ms, heirship.as_ref())
+        .instrument(span)
+        .await;
     observe::released(kind, &outcome, |(r, _)| *r == Released::NotHeld);
+    // On an error the heir, dropped, waits in line again.
     let (released, confirmation) = outcome?;
     let watchdog = lock.engine.watchdog();
     match (released, by) {
         (Released::Partly, By::Owner) => watchdog.release_one(&hold, generation),
         (Released::Partly, By::Guard) => {}
-        (Released::Fully | Released::NotHeld, _) => watchdog.forget(&hold, generation),
+        (Released::Fully | Released::Handed | Released::NotHeld, _) => {
+            watchdog.forget(&hold, generation)
+        }
     }
-    if released != Released::NotHeld {
-        replicated(lock, confirmation).await?;
+    let confirmed = match released {
+        Released::NotHeld => Ok(()),
+        _ => replicated(lock, confirmation).await,
+    };
+    if let Some(heirship) = heirship {
+        heirship.settle(lock, released, sent_at, confirmed.is_ok());
     }
-    Ok(released)
+    confirmed.map(|()| released)
 }
 
 /// Returns once a replica has the write `confirmation` belongs to, giving a lagging replica
@@ -90,6 +111,16 @@ pub(crate) async fn release(
     owner: &LockOwner,
     lease_ms: i64,
 ) -> Result<(Released, Confirmation)> {
+    release_to(lock, owner, lease_ms, None).await
+}
+
+/// [`release`], giving the lock to the heir of `heirship` when it frees it.
+async fn release_to(
+    lock: &Target,
+    owner: &LockOwner,
+    lease_ms: i64,
+    heirship: Option<&Heirship>,
+) -> Result<(Released, Confirmation)> {
     let engine = &lock.engine;
     let latch = Latch {
         key: lock
@@ -102,7 +133,12 @@ pub(crate) async fn release(
     let latch_ttl = Value::from(millis(latch_ttl(engine)));
     let mut sent = 1;
     let (reply, script) = loop {
-        let mut call = lock.kind.release(lock, owner, lease_ms);
+        let mut call = match heirship {
+            Some(Heirship { call, heir, .. }) => {
+                call(lock, owner, lease_ms, heir.owner(), heir.lease_ms())
+            }
+            None => lock.kind.release(lock, owner, lease_ms),
+        };
         let script = call.script;
         call.push_key(latch.key.clone());
         call.push_args([latch_ttl.clone(), latch.request.clone()]);
@@ -128,6 +164,7 @@ pub(crate) async fn release(
     let released = match nil_or_int(script, reply)? {
         None => Released::NotHeld,
         Some(0) => Released::Partly,
+        Some(2) if heirship.is_some() => Released::Handed,
         Some(_) => Released::Fully,
     };
     Ok((released, confirmation))

@@ -96,11 +96,31 @@ pub(crate) async fn acquire<T, F, Fut>(
     engine: &Engine,
     wake: Wake<'_>,
     deadline: Option<Instant>,
-    mut attempt: F,
+    attempt: F,
 ) -> Result<Option<T>>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<Attempt<T>>>,
+{
+    acquire_or_handed(engine, wake, deadline, attempt, std::future::pending).await
+}
+
+/// [`acquire`], for a waiter that may also be handed the hold (see
+/// [`hand_off`](crate::core::hand_off)): once the first attempt found the lock busy, the
+/// future `handed` makes completes with a hold handed over, which ends the wait. Whichever
+/// comes first wins; the other is dropped, which undoes it (an attempt in flight, or a hold
+/// handed over as the wait ended).
+pub(crate) async fn acquire_or_handed<T, F, Fut, H>(
+    engine: &Engine,
+    wake: Wake<'_>,
+    deadline: Option<Instant>,
+    mut attempt: F,
+    handed: impl FnOnce() -> H,
+) -> Result<Option<T>>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<Attempt<T>>>,
+    H: Future<Output = T>,
 {
     let looked = match wake {
         Wake::Messages(..) => Some(engine.pubsub().now()),
@@ -110,9 +130,17 @@ where
         Attempt::Acquired(hold) => return Ok(Some(hold)),
         Attempt::Busy { ttl } => ttl,
     };
+    let handed = handed();
     // The waiting state (subscription, timers, registrations) is kilobytes: boxed, so that
     // an acquisition that needs no wait neither carries nor moves it.
-    Box::pin(wait(engine, wake, deadline, attempt, looked, ttl)).await
+    Box::pin(async move {
+        tokio::select! {
+            biased;
+            hold = handed => Ok(Some(hold)),
+            waited = wait(engine, wake, deadline, attempt, looked, ttl) => waited,
+        }
+    })
+    .await
 }
 
 /// What a synchronizer (a semaphore, a latch) waits for: one `attempt` for [`Wait::Once`],

@@ -4,6 +4,7 @@
 //! Topology (single server, sentinel, cluster), pub/sub flavour and slot grouping are
 //! decided here and in `pubsub`/`watchdog`; lock kinds only ask for them.
 
+pub(crate) mod hand_offs;
 pub(crate) mod latches;
 pub(crate) mod owed;
 pub(crate) mod queue_exits;
@@ -24,6 +25,7 @@ use crate::base::background::spawn_or;
 use crate::base::error::{map_redis_error, Error, Result};
 use crate::base::keys::{self, LockKeys};
 use crate::base::owner::LockOwner;
+use crate::engine::hand_offs::{HandOff, HandOffs};
 use crate::engine::latches::Latches;
 use crate::engine::queue_exits::QueueExits;
 use crate::engine::watchdog::Watchdog;
@@ -53,6 +55,8 @@ pub(crate) struct Settings {
     pub(crate) renew_by_slot: bool,
     /// How long a lock script's write waits for a replica; `None` when it does not.
     pub(crate) replica_wait: Option<Duration>,
+    /// How often a lock may go from task to task of this client without being free.
+    pub(crate) hand_off: HandOff,
 }
 
 pub(crate) struct Engine {
@@ -84,6 +88,8 @@ pub(crate) struct Engine {
     queueing_attempts: Arc<RwLock<()>>,
     /// This client's fair waiters that may be in a queue.
     queue_exits: QueueExits,
+    /// This client's waiters that may take a hold handed over by a release.
+    hand_offs: HandOffs,
     /// Records of answered writes, for the next script on their object to delete.
     done_records: records::DoneRecords,
     /// Clients this crate built, and so quits on shutdown.
@@ -157,6 +163,7 @@ impl Engine {
             owed: Arc::default(),
             queueing_attempts: Arc::new(RwLock::new(())),
             queue_exits: QueueExits::default(),
+            hand_offs: HandOffs::default(),
             done_records: records::DoneRecords::default(),
             owns_redis,
         })
@@ -206,6 +213,10 @@ impl Engine {
     /// Records of this client's writes whose replies arrived (see [`records`]).
     pub(crate) fn done_records(&self) -> &records::DoneRecords {
         &self.done_records
+    }
+
+    pub(crate) fn hand_offs(&self) -> &HandOffs {
+        &self.hand_offs
     }
 
     pub(crate) fn queue_exits(&self) -> &QueueExits {

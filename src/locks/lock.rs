@@ -8,10 +8,12 @@ use crate::base::owner::LockOwner;
 #[cfg(doc)]
 use crate::core::guard::LockGuard;
 use crate::core::kind::{sealed, Kind, Plain};
-use crate::core::protocol::{Protocol, Target};
+use crate::core::protocol::{HandOffCall, Protocol, Target};
 use crate::core::wait::Wait;
 use crate::locks::exclusive::ExclusiveLock;
-use crate::topology::script::{static_arg, Call, LOCK_ACQUIRE, LOCK_FORCE_RELEASE, LOCK_RELEASE};
+use crate::topology::script::{
+    static_arg, Call, LOCK_ACQUIRE, LOCK_FORCE_RELEASE, LOCK_HAND_OFF, LOCK_RELEASE,
+};
 
 /// A reentrant distributed lock, shared with Java's `RLock` of the same name.
 ///
@@ -71,6 +73,30 @@ impl Protocol for Reentrant {
     fn force_release(&self, lock: &Target) -> Call {
         force_release_call(lock, true)
     }
+
+    fn hand_off(&self) -> Option<HandOffCall> {
+        Some(hand_off_call)
+    }
+}
+
+/// `lua/lock_hand_off.lua`: the release that gives the lock to `heir` of the same client.
+fn hand_off_call(
+    lock: &Target,
+    owner: &LockOwner,
+    lease_ms: i64,
+    heir: &LockOwner,
+    heir_lease_ms: i64,
+) -> Call {
+    Call::of(
+        &LOCK_HAND_OFF,
+        [Value::String(lock.keys.raw.clone())],
+        [
+            Value::from(lease_ms),
+            owner.field_arg(),
+            heir.field_arg(),
+            Value::from(heir_lease_ms),
+        ],
+    )
 }
 
 /// `lua/lock_force_release.lua` (§3.6); `publish` as for [`release_call`].

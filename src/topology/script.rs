@@ -272,6 +272,7 @@ macro_rules! scripts {
 scripts! {
     LOCK_ACQUIRE => "lock_acquire" with "permit", "common",
     LOCK_RELEASE => "lock_release" with "permit", "common", "publish", "release",
+    LOCK_HAND_OFF => "lock_hand_off" with "permit", "common", "publish", "release",
     LOCK_FORCE_RELEASE => "lock_force_release" with "permit", "publish",
     RENEW_BATCH => "renew_batch" with "permit", "common",
     FAIR_ACQUIRE => "fair_acquire" with "permit", "common", "fair_queue",

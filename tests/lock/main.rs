@@ -3,6 +3,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod handing_over;
 mod holding;
 mod lifecycle;
 mod queries_and_arguments;

@@ -1,0 +1,231 @@
+//! Hand-offs, the core's side (see [`hand_offs`](crate::engine::hand_offs)): a waiter of a
+//! kind that hands over waits in its client's line for a hold as well as for an unlock
+//! message, and a guard's last release gives the lock to the first of that line.
+//!
+//! A hold handed over is registered with the watchdog by the release that handed it, before
+//! the waiter hears of it, and travels to the waiter as a [`Holding`]: a waiter gone by then
+//! (its call dropped, its deadline passed) drops it, and the drop releases the hold as a
+//! dropped guard's does. So a hold handed over is always either some task's guard or being
+//! released, never left to its lease.
+
+use std::future::Future;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::Arc;
+
+use tokio::sync::{oneshot, Notify};
+use tokio::time::Instant;
+
+use crate::base::observe;
+use crate::base::owner::LockOwner;
+use crate::core::guard::{Holding, Renewal};
+use crate::core::lease::Lease;
+use crate::core::protocol::{HandOffCall, Target};
+use crate::core::release::Released;
+use crate::engine::hand_offs::{Heir, Run};
+
+/// A waiter in its client's line for a hold handed over.
+struct Waiting {
+    lock: Arc<Target>,
+    owner: LockOwner,
+    lease: Lease,
+    lease_ms: i64,
+    turn: Arc<Turn>,
+    to: oneshot::Sender<Holding>,
+}
+
+impl Heir for Waiting {
+    fn owner(&self) -> &LockOwner {
+        &self.owner
+    }
+
+    fn lease_ms(&self) -> i64 {
+        self.lease_ms
+    }
+
+    fn is_gone(&self) -> bool {
+        self.to.is_closed()
+    }
+
+    fn claim(&self) -> bool {
+        !self.is_gone() && self.turn.claim()
+    }
+
+    fn unclaim(&self) {
+        self.turn.unclaim();
+    }
+
+    fn take(self: Box<Self>, sent_at: Instant, run: Run, confirmed: bool) {
+        let Waiting {
+            lock,
+            owner,
+            lease,
+            lease_ms,
+            to,
+            ..
+        } = *self;
+        let renewal = Renewal::start(&lock.engine, lease, lock.hold_key(&owner), sent_at, true);
+        let holding = Holding::new(lock, owner, renewal, lease_ms).in_run(run);
+        if confirmed {
+            // A waiter gone meanwhile drops it, and the drop releases the hold.
+            let _ = to.send(holding);
+        }
+        // Else dropped here, which releases it: the waiter, told nothing, waits on.
+    }
+}
+
+/// Whose move it is in one waiter's wait: its own acquire attempt's, or a release's that
+/// took it as heir. Never both: an attempt the server ran after the hand-off would re-enter
+/// the hold handed over.
+#[derive(Default)]
+pub(crate) struct Turn {
+    state: AtomicU8,
+    changed: Notify,
+}
+
+/// Neither an attempt nor a release is under way.
+const IDLE: u8 = 0;
+/// The waiter's attempt is on the wire.
+const TRYING: u8 = 1;
+/// A release took the waiter as its heir.
+const CLAIMED: u8 = 2;
+
+impl Turn {
+    /// Makes and runs the acquire `attempt` once no release holds this waiter as heir.
+    pub(crate) async fn attempt<T, F: Future<Output = T>>(&self, attempt: impl FnOnce() -> F) -> T {
+        loop {
+            // Made before the look: an unclaim after it wakes this call.
+            let changed = self.changed.notified();
+            if self.swap(IDLE, TRYING) {
+                break;
+            }
+            changed.await;
+        }
+        let _done = Tried(self);
+        attempt().await
+    }
+
+    fn claim(&self) -> bool {
+        self.swap(IDLE, CLAIMED)
+    }
+
+    fn unclaim(&self) {
+        if self.swap(CLAIMED, IDLE) {
+            self.changed.notify_waiters();
+        }
+    }
+
+    fn swap(&self, from: u8, to: u8) -> bool {
+        let state = &self.state;
+        state
+            .compare_exchange(from, to, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+    }
+}
+
+/// Ends an attempt, answered or dropped.
+struct Tried<'a>(&'a Turn);
+
+impl Drop for Tried<'_> {
+    fn drop(&mut self) {
+        self.0.swap(TRYING, IDLE);
+    }
+}
+
+/// Waits in `lock`'s line of its client for a hold handed over to `owner`, with the lease
+/// `lease` (`lease_ms` in ms), taking turns with the waiter's attempts by `turn`. Dropping
+/// the future leaves the line; a hold handed over as it is dropped is released.
+pub(crate) fn handed(
+    lock: &Arc<Target>,
+    owner: &LockOwner,
+    (lease, lease_ms): (Lease, i64),
+    turn: Arc<Turn>,
+) -> impl Future<Output = (Holding, Option<u64>)> + Send + 'static {
+    let (lock, owner) = (lock.clone(), owner.clone());
+    async move {
+        loop {
+            let (to, from) = oneshot::channel();
+            let waiting = Waiting {
+                lock: lock.clone(),
+                owner: owner.clone(),
+                lease,
+                lease_ms,
+                turn: turn.clone(),
+                to,
+            };
+            let place = InLine {
+                lock: &lock,
+                id: lock
+                    .engine
+                    .hand_offs()
+                    .join(&lock.keys.raw, Box::new(waiting)),
+            };
+            if let Ok(holding) = from.await {
+                return (holding, None);
+            }
+            // A release took this waiter and failed (its outcome may be unknown): wait in
+            // line again. Should the lock have gone to this owner after all, its next
+            // attempt finds it held (a re-entry), as after any release whose reply was lost.
+            drop(place);
+            turn.unclaim();
+        }
+    }
+}
+
+/// A waiter's place in the line: dropping it leaves.
+struct InLine<'a> {
+    lock: &'a Target,
+    id: u64,
+}
+
+impl Drop for InLine<'_> {
+    fn drop(&mut self) {
+        let lock = self.lock;
+        lock.engine.hand_offs().leave(&lock.keys.raw, self.id);
+    }
+}
+
+/// The waiter a release may hand the lock to: the first of the line, taken out of it.
+pub(crate) struct Heirship {
+    pub(crate) call: HandOffCall,
+    pub(crate) heir: Box<dyn Heir>,
+    id: u64,
+    /// Where the hold handed over stands in its run.
+    run: Run,
+}
+
+impl Heirship {
+    /// The first waiter of `lock`'s line, when the kind hands over and the hold of run `run`
+    /// may go to another task (see [`HandOff`](crate::HandOff)).
+    pub(crate) fn first(lock: &Target, run: Run) -> Option<Heirship> {
+        let call = lock.kind.hand_off()?;
+        if !lock.engine.settings().hand_off.allows(run) {
+            return None;
+        }
+        let (id, heir) = lock.engine.hand_offs().first(&lock.keys.raw)?;
+        Some(Heirship {
+            call,
+            heir,
+            id,
+            run: run.next(),
+        })
+    }
+
+    /// After the release sent first at `sent_at` answered `released`: the heir takes the
+    /// hold handed over, or (`confirmed` false: no replica has it, and a failover could lose
+    /// it) releases it; when nothing was handed over it goes back to its place in the line.
+    pub(crate) fn settle(
+        self,
+        lock: &Target,
+        released: Released,
+        sent_at: Instant,
+        confirmed: bool,
+    ) {
+        match released {
+            Released::Handed => {
+                observe::handed_off(lock.kind.kind());
+                self.heir.take(sent_at, self.run, confirmed)
+            }
+            _ => (lock.engine.hand_offs()).put_back(&lock.keys.raw, self.id, self.heir),
+        }
+    }
+}

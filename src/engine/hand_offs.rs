@@ -1,0 +1,192 @@
+//! Hand-offs between the tasks of one client: a release that frees a lock one of the
+//! client's own tasks is waiting for gives it to that task in the same script (see
+//! `lua/lock_hand_off.lua`), so the waiter holds it one round trip after the release began,
+//! with no message and no acquire script of its own. This file keeps the client's waiters
+//! that may take such a hold, in the order they began to wait, and the bound that keeps other
+//! clients' waiters from starving.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use tokio::time::Instant;
+
+use crate::base::keys::Str;
+use crate::base::owner::LockOwner;
+
+/// How many times in a row a lock may go from one task of a client to another before it is
+/// released for real, so that waiters of other clients (Java or Rust) get their chance.
+///
+/// A release hands the lock to a waiting task of its own client only while both bounds
+/// hold: fewer than [`max_in_row`](HandOff::max_in_row) hand-offs since the lock was last
+/// free, and less than [`max_span`](HandOff::max_span) since the first hold of that run was
+/// taken. The release after that frees the lock and publishes the unlock message, as
+/// Redisson's does: every waiter, of any client, is woken and may take it.
+///
+/// # Default
+/// 16 hand-offs in a row and 50 ms ([`HandOff::DEFAULT`]). [`HandOff::OFF`] never hands
+/// over: every release frees the lock, as Redisson's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HandOff {
+    max_in_row: u32,
+    max_span: Duration,
+}
+
+impl HandOff {
+    /// 16 hand-offs in a row, within 50 ms.
+    pub const DEFAULT: HandOff = HandOff {
+        max_in_row: 16,
+        max_span: Duration::from_millis(50),
+    };
+
+    /// Never hand over: every last release frees the lock and publishes.
+    pub const OFF: HandOff = HandOff {
+        max_in_row: 0,
+        max_span: Duration::ZERO,
+    };
+
+    /// At most `max_in_row` hand-offs in a row, and none once `max_span` has passed since
+    /// the run's first hold was taken. Either zero turns hand-offs off.
+    pub const fn new(max_in_row: u32, max_span: Duration) -> HandOff {
+        HandOff {
+            max_in_row,
+            max_span,
+        }
+    }
+
+    /// The most hand-offs in a row.
+    pub const fn max_in_row(&self) -> u32 {
+        self.max_in_row
+    }
+
+    /// The longest a run of hand-offs lasts, from its first hold on.
+    pub const fn max_span(&self) -> Duration {
+        self.max_span
+    }
+
+    /// Whether a hold of run `run` may be handed to another task.
+    pub(crate) fn allows(&self, run: Run) -> bool {
+        run.handed < self.max_in_row && run.since.elapsed() < self.max_span
+    }
+}
+
+impl Default for HandOff {
+    fn default() -> HandOff {
+        HandOff::DEFAULT
+    }
+}
+
+/// Where a hold stands in a run of hand-offs: since when the lock has gone from task to task
+/// without being free, and how many times.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Run {
+    since: Instant,
+    handed: u32,
+}
+
+impl Run {
+    /// A hold taken by an acquire script: the lock was free.
+    pub(crate) fn start() -> Run {
+        Run {
+            since: Instant::now(),
+            handed: 0,
+        }
+    }
+
+    /// The run of a hold handed over by one of this run.
+    pub(crate) fn next(self) -> Run {
+        Run {
+            handed: self.handed + 1,
+            ..self
+        }
+    }
+}
+
+/// A waiter that may take a hold handed over. Dropped when it is given nothing (the release
+/// went otherwise), it goes on waiting as before.
+pub(crate) trait Heir: Send + Sync + 'static {
+    /// The owner the hold is handed to.
+    fn owner(&self) -> &LockOwner;
+    /// The lease in ms the hold gets.
+    fn lease_ms(&self) -> i64;
+    /// Whether the waiter stopped waiting.
+    fn is_gone(&self) -> bool;
+    /// Takes the waiter as a release's heir, unless it stopped waiting or its own acquire
+    /// attempt is on the wire (that attempt would then re-enter the hold handed over, and
+    /// Java would read a count of 2). Until [`unclaim`](Heir::unclaim)ed it makes no attempt.
+    fn claim(&self) -> bool;
+    /// The release handed nothing over: the waiter may attempt again.
+    fn unclaim(&self);
+    /// Gives the waiter the hold a script sent at `sent_at` handed over, next in run `run`.
+    /// A waiter gone meanwhile releases it, so no hold is left that nobody owns. Not
+    /// `confirmed` (no replica has the hand-off, which a failover could lose), the hold is
+    /// released instead, and the waiter waits on.
+    fn take(self: Box<Self>, sent_at: Instant, run: Run, confirmed: bool);
+}
+
+/// The waiters of one lock that may take a hold handed over, with their ids, in the order
+/// they began to wait (ids grow).
+type Line = VecDeque<(u64, Box<dyn Heir>)>;
+
+/// The waiters of this client that may take a hold handed over, by lock key.
+#[derive(Default)]
+pub(crate) struct HandOffs {
+    lines: Mutex<HashMap<Str, Line>>,
+    next_id: AtomicU64,
+}
+
+impl HandOffs {
+    /// Puts `heir` at the back of the line of `key`; the id takes it out again.
+    pub(crate) fn join(&self, key: &Str, heir: Box<dyn Heir>) -> u64 {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        self.lines
+            .lock()
+            .entry(key.clone())
+            .or_default()
+            .push_back((id, heir));
+        id
+    }
+
+    /// Takes the waiter `id` out of the line of `key` (a no-op once a release took it).
+    pub(crate) fn leave(&self, key: &str, id: u64) {
+        let mut lines = self.lines.lock();
+        if let Some(line) = lines.get_mut(key) {
+            if let Ok(at) = line.binary_search_by_key(&id, |(id, _)| *id) {
+                let heir = line.remove(at);
+                if line.is_empty() {
+                    lines.remove(key);
+                }
+                // Dropped outside the lock: it may wake its waiter.
+                drop(lines);
+                drop(heir);
+            }
+        }
+    }
+
+    /// The first waiter of the line of `key` that a release may claim (see
+    /// [`Heir::claim`]), taken out of the line.
+    pub(crate) fn first(&self, key: &str) -> Option<(u64, Box<dyn Heir>)> {
+        let mut lines = self.lines.lock();
+        let line = lines.get_mut(key)?;
+        let at = line.iter().position(|(_, heir)| heir.claim())?;
+        let first = line.remove(at);
+        if line.is_empty() {
+            lines.remove(key);
+        }
+        first
+    }
+
+    /// Puts back a waiter [`first`](HandOffs::first) took, in its place, when the release
+    /// handed nothing over.
+    pub(crate) fn put_back(&self, key: &Str, id: u64, heir: Box<dyn Heir>) {
+        heir.unclaim();
+        if heir.is_gone() {
+            return;
+        }
+        let mut lines = self.lines.lock();
+        let line = lines.entry(key.clone()).or_default();
+        let at = line.partition_point(|(other, _)| *other < id);
+        line.insert(at, (id, heir));
+    }
+}

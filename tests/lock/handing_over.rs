@@ -1,0 +1,241 @@
+//! Hand-offs: a last release gives the lock to a waiting task of its own client in the same
+//! script, bounded so that other clients' waiters still get it, cancel-safe, and in
+//! Redisson's layout throughout.
+
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+
+use redisson_lock::fred::interfaces::LuaInterface;
+use redisson_lock::fred::types::Value;
+use redisson_lock::{HandOff, LockClient};
+use support::proxy::{FaultProxy, Net};
+
+use super::*;
+
+/// The lock hash's fields with their counts, and its PTTL, read in one step.
+async fn layout(client: &LockClient, key: &str) -> (Vec<(String, i64)>, i64) {
+    const READ: &str = "return {redis.call('hgetall', KEYS[1]), redis.call('pttl', KEYS[1])}";
+    let reply: Value = client
+        .redis()
+        .eval(READ, vec![key], Vec::<String>::new())
+        .await
+        .unwrap();
+    let Value::Array(mut parts) = reply else {
+        panic!("unexpected reply {reply:?}")
+    };
+    let pttl = parts.pop().unwrap().as_i64().unwrap();
+    let Value::Array(flat) = parts.pop().unwrap() else {
+        panic!("no HGETALL array")
+    };
+    let fields = flat
+        .chunks(2)
+        .map(|pair| {
+            let field = pair[0].as_string().unwrap();
+            (field, pair[1].as_string().unwrap().parse().unwrap())
+        })
+        .collect();
+    (fields, pttl)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_last_release_gives_the_lock_to_a_waiting_task_of_its_client_without_a_message() {
+    let server = RedisServer::start();
+    let client = long_watchdog_client(&server).await;
+    let lock = client.lock("heir").unwrap();
+    // The heir's own lease, not the holder's, is what the key gets.
+    let heir_lock = client.lock("heir").unwrap().with_lease(fixed(20_000));
+    let (holder, heir) = (client.new_owner(), client.new_owner());
+    let held = lock.lock(&holder).await.unwrap();
+    let again = lock.lock(&holder).await.unwrap();
+    let before = evalsha_calls(&server);
+    let waiter = tokio::spawn(heir_lock.lock(&heir));
+    waiting(&server, &lock_channel("heir"), before + 2).await;
+
+    // A partial release hands nothing over.
+    again.unlock().await.unwrap();
+    assert_eq!(layout(&client, "heir").await.0, [(holder.to_string(), 1)]);
+
+    let (published, scripts) = (command_calls(&server, "publish"), evalsha_calls(&server));
+    held.unlock().await.unwrap();
+    let guard = within(10 * SECOND, "the heir", waiter)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        command_calls(&server, "publish"),
+        published,
+        "the lock was never free: nobody is told"
+    );
+    assert_eq!(
+        evalsha_calls(&server),
+        scripts + 1,
+        "one script: the release that handed over"
+    );
+    // What Java reads: one owner field, count 1, the heir's lease as the TTL.
+    let (fields, pttl) = layout(&client, "heir").await;
+    assert_eq!(fields, [(heir.to_string(), 1)]);
+    assert!((15_000..=20_000).contains(&pttl), "PTTL {pttl}");
+    assert_eq!(lock.hold_count(&heir).await.unwrap(), 1);
+    assert_eq!(lock.hold_count(&holder).await.unwrap(), 0);
+    assert!(!guard.is_lease_lost());
+
+    // Nobody waits now: the release frees the lock and publishes, as Redisson's.
+    guard.unlock().await.unwrap();
+    assert!(!lock.is_locked().await.unwrap());
+    assert_eq!(command_calls(&server, "publish"), published + 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_watchdog_renews_a_hold_handed_over_and_hand_off_off_frees_the_lock() {
+    let server = RedisServer::start();
+    let client = client(&server).await; // a 900 ms watchdog
+    let lock = client.lock("renewed-heir").unwrap();
+    let held = lock.lock(&client.new_owner()).await.unwrap();
+    let heir = client.new_owner();
+    let before = evalsha_calls(&server);
+    let waiter = tokio::spawn(lock.lock(&heir));
+    waiting(&server, &lock_channel("renewed-heir"), before + 2).await;
+    held.unlock().await.unwrap();
+    let guard = within(10 * SECOND, "the heir", waiter)
+        .await
+        .unwrap()
+        .unwrap();
+    // Three watchdog leases later the hold is still there, renewed.
+    tokio::time::sleep(Duration::from_millis(2700)).await;
+    assert!(!guard.is_lease_lost());
+    assert_eq!(lock.hold_count(&heir).await.unwrap(), 1);
+    guard.unlock().await.unwrap();
+
+    // With hand-offs off, a release frees the lock and tells its waiters, as Redisson's.
+    let off = client_with(&server, |b| b.hand_off(HandOff::OFF)).await;
+    let lock = off.lock("renewed-heir").unwrap();
+    let held = lock.lock(&off.new_owner()).await.unwrap();
+    let before = evalsha_calls(&server);
+    let waiter = tokio::spawn(lock.lock(&off.new_owner()));
+    waiting(&server, &lock_channel("renewed-heir"), before + 2).await;
+    let published = command_calls(&server, "publish");
+    held.unlock().await.unwrap();
+    woken_and_released("the woken waiter", waiter).await;
+    assert!(command_calls(&server, "publish") > published);
+}
+
+/// The release hands the lock over while the heir's call is dropped: the hold then belongs
+/// to nobody's guard, so the client releases it at once instead of leaving it to its lease
+/// (or renewing it for ever).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_dropped_while_the_hand_off_is_on_the_wire_leaves_no_hold_behind() {
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(server.port()).await;
+    let client = LockClient::builder()
+        .url(&proxy.url())
+        .watchdog_timeout(30 * SECOND)
+        .command_timeout(20 * SECOND)
+        .build()
+        .await
+        .unwrap();
+    let lock = client.lock("dropped-heir").unwrap();
+    let (holder, heir) = (client.new_owner(), client.new_owner());
+    let held = lock.lock(&holder).await.unwrap();
+    let before = evalsha_calls(&server);
+    let waiter = tokio::spawn(lock.lock(&heir));
+    waiting(&server, &lock_channel("dropped-heir"), before + 2).await;
+
+    // Every byte now takes a second each way: the hand-off runs, and its reply is slow.
+    proxy.set(Net::Slow {
+        base: SECOND,
+        jitter: Duration::ZERO,
+    });
+    let unlocking = tokio::spawn(held.unlock());
+    let heir_field = heir.to_string();
+    eventually(10 * SECOND, "the hand-off run on the server", || {
+        server.command(&["HGET", "dropped-heir", &heir_field]) == "1"
+    })
+    .await;
+    waiter.abort();
+    assert!(waiter.await.unwrap_err().is_cancelled());
+    proxy.set(Net::Clear);
+
+    within(30 * SECOND, "the unlock", unlocking)
+        .await
+        .unwrap()
+        .unwrap();
+    // Freed long before the heir's 30 s lease could end, and not renewed.
+    eventually(10 * SECOND, "the lock freed", || {
+        server.command(&["EXISTS", "dropped-heir"]) == "0"
+    })
+    .await;
+    let other = long_watchdog_client(&server).await;
+    let guard = other
+        .lock("dropped-heir")
+        .unwrap()
+        .try_lock(&other.new_owner());
+    guard.await.unwrap().expect("free").unlock().await.unwrap();
+}
+
+/// Sixteen tasks of one client hand the lock around; a waiter of another client still gets
+/// it, since the lock is freed (and published) after at most 16 hand-offs in a row or 50 ms.
+/// Throughout, exclusion holds and Java reads one owner with count 1 and the lease as TTL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_of_another_client_gets_a_lock_sixteen_local_tasks_hand_around() {
+    let server = RedisServer::start();
+    let (busy, other) = (client(&server).await, client(&server).await);
+    let (stop, inside, acquired) = (
+        Arc::new(AtomicBool::new(false)),
+        Arc::new(AtomicU32::new(0)),
+        Arc::new(AtomicU64::new(0)),
+    );
+    let mut tasks = Vec::new();
+    for _ in 0..16 {
+        let (lock, me) = (busy.lock("hot").unwrap(), busy.new_owner());
+        let (stop, inside, acquired) = (stop.clone(), inside.clone(), acquired.clone());
+        tasks.push(tokio::spawn(async move {
+            while !stop.load(Ordering::Relaxed) {
+                let guard = lock.lock(&me).await.unwrap();
+                assert_eq!(inside.fetch_add(1, Ordering::SeqCst), 0, "two holders");
+                tokio::task::yield_now().await;
+                inside.fetch_sub(1, Ordering::SeqCst);
+                acquired.fetch_add(1, Ordering::Relaxed);
+                guard.unlock().await.unwrap();
+            }
+        }));
+    }
+    eventually(20 * SECOND, "the tasks running", || {
+        acquired.load(Ordering::Relaxed) >= 200
+    })
+    .await;
+    let (published, counted) = (
+        command_calls(&server, "publish"),
+        acquired.load(Ordering::Relaxed),
+    );
+
+    for _ in 0..300 {
+        let (fields, pttl) = layout(&other, "hot").await;
+        match fields.as_slice() {
+            [] => assert_eq!(pttl, -2, "no hash, no key"),
+            [(_, count)] => {
+                assert_eq!(*count, 1);
+                assert!((1..=900).contains(&pttl), "PTTL {pttl}");
+            }
+            more => panic!("more than one owner: {more:?}"),
+        }
+    }
+
+    let outsider = other.lock("hot").unwrap().lock(&other.new_owner());
+    let guard = within(20 * SECOND, "the other client's waiter", outsider)
+        .await
+        .unwrap();
+    assert_eq!(
+        inside.load(Ordering::SeqCst),
+        0,
+        "held by the outsider alone"
+    );
+    guard.unlock().await.unwrap();
+
+    stop.store(true, Ordering::Relaxed);
+    all_finish(20 * SECOND, "the busy tasks", tasks).await;
+    let handed = acquired.load(Ordering::Relaxed) - counted;
+    let messages = command_calls(&server, "publish") - published;
+    assert!(
+        messages * 2 < handed,
+        "most holds were handed over: {messages} unlock messages for {handed} holds"
+    );
+}
