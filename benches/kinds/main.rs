@@ -19,6 +19,12 @@
 //!   quiet machine and twice with three CPU-burning threads beside it. How late the waits
 //!   ended, what was left in line 1 s after the last returned, the holder's unlock and a
 //!   fresh waiter's acquisition after the release.
+//! - `hot_lock` (a measurement): a task of one `LockClient` waits in `lock()` while another
+//!   task of the same client releases; the time to its `lock()` returning, in bare EVALSHA
+//!   round trips sampled between. Then 16 tasks of one client lock and unlock one lock in a
+//!   loop, beside raw (Redisson's scripts on a bare fred client, polling every millisecond)
+//!   in alternating runs: acquisitions/s, per task, mean and longest wait. Then a waiter of a
+//!   second client, while the 16 tasks go on: how long until it is served.
 //! - `read_throughput` (criterion): read lock + unlock from 64 tasks on one
 //!   `ReadWriteLock` name, one `LockClient`, beside the plain lock's `parallel_64` workload
 //!   (each task its own lock) and the bare scripts from 64 tasks; then each side's client
@@ -41,6 +47,7 @@ mod commands;
 mod common;
 mod fair;
 mod herd;
+mod hot;
 mod multi;
 mod read;
 mod replica;
@@ -54,6 +61,7 @@ use redisson_lock::LockClient;
 use commands::commands_per_acquisition;
 use fair::fair_handoff;
 use herd::fair_herd;
+use hot::hot_lock;
 use multi::multi_lock;
 use read::read_throughput;
 use replica::replica_ack;
@@ -81,6 +89,7 @@ fn main() {
     });
     fair_handoff(&rt, (&a, &b), &bare, &args);
     fair_herd(&rt, &server, &args);
+    hot_lock(&rt, &server, (&a, &b), &bare, &args);
     let mut c = Criterion::default().configure_from_args();
     read_throughput(&mut c, &rt, &server, &a, &bare);
     commands_per_acquisition(&rt, &server, (&a, &b), &bare, &args);

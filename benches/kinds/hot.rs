@@ -1,0 +1,203 @@
+//! `hot_lock`: one lock that the tasks of one client queue on, where a release hands the lock
+//! to the next task in the same script (the builder's `hand_off`).
+
+use std::time::Duration;
+
+use redisson_lock::{Lock, LockClient};
+use tokio::runtime::Runtime;
+use tokio::time::Instant;
+
+use crate::common::*;
+
+/// Each task's waits for the lock in one contention run.
+type Waits = Vec<Vec<Duration>>;
+
+/// `tasks` tasks of one client, each its own owner, lock and unlock `lock` in a loop for `run`.
+async fn ours_contending(client: &LockClient, lock: &Lock, tasks: usize, run: Duration) -> Waits {
+    let until = Instant::now() + run;
+    let running: Vec<_> = (0..tasks)
+        .map(|_| {
+            let (lock, me) = (lock.clone(), client.new_owner());
+            tokio::spawn(async move {
+                let mut waits = Vec::new();
+                while Instant::now() < until {
+                    let asked = Instant::now();
+                    let guard = lock.lock(&me).await.unwrap();
+                    waits.push(asked.elapsed());
+                    guard.unlock().await.unwrap();
+                }
+                waits
+            })
+        })
+        .collect();
+    let mut waits = Vec::new();
+    for task in running {
+        waits.push(task.await.unwrap());
+    }
+    waits
+}
+
+/// The same with raw: Redisson's scripts on one bare fred client, polling every millisecond.
+async fn raw_contending(bare: &Bare, name: &str, tasks: usize, run: Duration) -> Waits {
+    let until = Instant::now() + run;
+    let running: Vec<_> = (0..tasks)
+        .map(|i| {
+            let (bare, lock) = (bare.clone(), bare.lock(name, &format!("hot-{i}")));
+            tokio::spawn(async move {
+                let mut waits = Vec::new();
+                while Instant::now() < until {
+                    let asked = Instant::now();
+                    while bare.acquire(&lock).await.is_some() {
+                        tokio::time::sleep(Duration::from_millis(1)).await;
+                    }
+                    waits.push(asked.elapsed());
+                    bare.unlock(&lock).await;
+                }
+                waits
+            })
+        })
+        .collect();
+    let mut waits = Vec::new();
+    for task in running {
+        waits.push(task.await.unwrap());
+    }
+    waits
+}
+
+/// What one side's contention runs gave: acquisitions per second, per task min..max, mean
+/// and longest wait.
+struct Contention {
+    rate: f64,
+    per_task: (usize, usize),
+    mean: Duration,
+    max: Duration,
+}
+
+fn contention(runs: &[Waits], run: Duration) -> Contention {
+    let tasks = runs[0].len();
+    let counts: Vec<usize> = (0..tasks)
+        .map(|t| runs.iter().map(|waits| waits[t].len()).sum())
+        .collect();
+    let all: Vec<Duration> = runs.iter().flatten().flatten().copied().collect();
+    let total: Duration = all.iter().sum();
+    Contention {
+        rate: all.len() as f64 / (run.as_secs_f64() * runs.len() as f64),
+        per_task: (*counts.iter().min().unwrap(), *counts.iter().max().unwrap()),
+        mean: total / all.len().max(1) as u32,
+        max: all.iter().copied().max().unwrap_or_default(),
+    }
+}
+
+fn print_contention(name: &str, side: &Contention) {
+    println!(
+        "hot_lock/{name}: {:.0} acquisitions/s; per task {}..{}; mean wait {:.2} ms; max wait \
+         {:.2} ms ({:.1} × the mean)",
+        side.rate,
+        side.per_task.0,
+        side.per_task.1,
+        millis(side.mean),
+        millis(side.max),
+        side.max.as_secs_f64() / side.mean.as_secs_f64(),
+    );
+}
+
+pub fn hot_lock(
+    rt: &Runtime,
+    server: &RedisServer,
+    (a, b): (&LockClient, &LockClient),
+    bare: &Bare,
+    args: &Args,
+) {
+    if !args.runs("hot_lock") {
+        return;
+    }
+    let (handoffs, rounds, run, outsiders) = if args.full {
+        (300, 3, Duration::from_secs(3), 20)
+    } else {
+        (5, 1, Duration::from_millis(300), 2)
+    };
+
+    // A task of the same client already waits in lock(); from just before the holder's
+    // unlock() to its lock() returning, with round trips sampled between.
+    let busy = rt.block_on(bare.busy_lock());
+    let (lock, heir) = (
+        a.lock("bench:hot:handoff").unwrap(),
+        a.lock("bench:hot:handoff").unwrap(),
+    );
+    let owners = (a.new_owner(), a.new_owner());
+    let (gaps, trips) = rt.block_on(async {
+        let (mut gaps, mut trips) = (Vec::new(), Vec::new());
+        for _ in 0..handoffs {
+            trips.push(bare.round_trip(&busy).await);
+            gaps.push(handoff_once(&lock, &heir, &owners, bare).await);
+        }
+        (gaps, trips)
+    });
+    let trip = summary("hot_lock/bare_evalsha_round_trip", &trips).unwrap();
+    let gap = summary("hot_lock/same_client_handoff", &gaps).unwrap();
+    println!(
+        "hot_lock/same_client_handoff p50 = {:.2} round trips (target ≤ 1.5: {})",
+        gap.p50.as_secs_f64() / trip.p50.as_secs_f64(),
+        verdict(gap.p50.as_secs_f64() <= 1.5 * trip.p50.as_secs_f64()),
+    );
+
+    // 16 tasks of one client on one lock, ours and raw in alternating runs.
+    let hot = a.lock("bench:hot").unwrap();
+    let before = CommandStats::read(server);
+    let (ours, raw) = rt.block_on(async {
+        let (mut ours, mut raw) = (Vec::new(), Vec::new());
+        for _ in 0..rounds {
+            ours.push(ours_contending(a, &hot, 16, run).await);
+            raw.push(raw_contending(bare, "bench:bare:hot", 16, run).await);
+        }
+        (ours, raw)
+    });
+    let published = CommandStats::read(server).calls("publish") - before.calls("publish");
+    let (ours, raw) = (contention(&ours, run), contention(&raw, run));
+    print_contention("redisson_lock", &ours);
+    print_contention("raw (1 ms poll)", &raw);
+    let acquisitions = ours.rate * run.as_secs_f64() * rounds as f64;
+    println!(
+        "hot_lock: 16 tasks of one client, {rounds} × {:.1} s each side: {:.2} × raw (target ≥ \
+         1.5: {}); max wait {:.1} × the mean (target ≤ 10: {}); starved tasks: {} ({}); about \
+         {:.0}% of the acquisitions were hand-offs (unlock messages, raw's included: {published})",
+        run.as_secs_f64(),
+        ours.rate / raw.rate,
+        verdict(ours.rate >= 1.5 * raw.rate),
+        ours.max.as_secs_f64() / ours.mean.as_secs_f64(),
+        verdict(ours.max <= ours.mean * 10),
+        usize::from(ours.per_task.0 == 0),
+        verdict(ours.per_task.0 > 0),
+        100.0 * (1.0 - (published as f64 / acquisitions).min(1.0)),
+    );
+
+    // A waiter of another client, while the 16 tasks hand the lock around.
+    let outsider = b.lock("bench:hot").unwrap();
+    let waits = rt.block_on(async {
+        let contending = {
+            let (a, hot) = (a.clone(), hot.clone());
+            let length = run * rounds as u32 + Duration::from_secs(outsiders as u64);
+            tokio::spawn(async move { ours_contending(&a, &hot, 16, length).await })
+        };
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let mut waits = Vec::new();
+        for _ in 0..outsiders {
+            let asked = Instant::now();
+            let guard = outsider.lock(&b.new_owner()).await.unwrap();
+            waits.push(asked.elapsed());
+            guard.unlock().await.unwrap();
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        drop(contending.await);
+        waits
+    });
+    let served = summary("hot_lock/another_client's_waiter", &waits).unwrap();
+    println!(
+        "hot_lock: a waiter of another client, {outsiders} times while 16 tasks hand the lock \
+         around: served after p50 {:.1} ms, max {:.1} ms (the lock is freed at least every 16 \
+         hand-offs or 50 ms)",
+        millis(served.p50),
+        millis(served.max),
+    );
+    print_load("after hot_lock");
+}
