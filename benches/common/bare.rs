@@ -122,12 +122,18 @@ impl Bare {
         assert_eq!(freed, Some(1));
     }
 
-    /// Redisson 4.7's lock + unlock as Java sends them: the acquire script; the unlock
-    /// script with a latch key of its own request (a new id each time, 36 characters as
-    /// Java's UUIDs); then a `DEL` of that latch, sent and not waited for.
+    /// Redisson 4.7's lock + unlock as Java sends them: the acquire script, then
+    /// [`unlock_redisson`](Self::unlock_redisson).
     pub async fn lock_unlock_redisson(&self, lock: &BareLock) {
-        static REQUESTS: AtomicU64 = AtomicU64::new(0);
         assert_eq!(self.acquire(lock).await, None, "the bare lock was busy");
+        self.unlock_redisson(lock).await;
+    }
+
+    /// Redisson 4.7's unlock as Java sends it: the unlock script with a latch key of its own
+    /// request (a new id each time, 36 characters as Java's UUIDs); then a `DEL` of that
+    /// latch, sent and not waited for. Asserts that it freed the lock.
+    pub async fn unlock_redisson(&self, lock: &BareLock) {
+        static REQUESTS: AtomicU64 = AtomicU64::new(0);
         let request = REQUESTS.fetch_add(1, Ordering::Relaxed);
         let latch: Key = format!("{}5b7d0000-4e2a-4f61-8d4c-{request:012x}", lock.latches).into();
         let keys = vec![lock.key.clone(), lock.channel.clone(), latch.clone()];
