@@ -12,7 +12,9 @@
 //!   until the waiter holds the lock.
 //! - `throughput`: 1, 8, 64, 256 and 1024 tasks on one client, each task locking and
 //!   unlocking its own lock; operations per second and p99 per lock + unlock. The
-//!   contenders take turns, round after round.
+//!   contenders take turns, round after round. Here a sixth contender, redisson-scripts
+//!   (raw with Redisson 4.7's own unlock script and its latch, as Java sends them), stands
+//!   beside raw; each rate is also given relative to both.
 //! - `contention`: 16 tasks (8 per client) lock and unlock one lock in a loop;
 //!   acquisitions per second, each task's share, waits; then, in a second pass, the
 //!   commands the clients sent per acquisition (`MONITOR`, commands run by scripts left out).
@@ -124,10 +126,11 @@ fn main() {
     }
 }
 
-/// Connects every contender twice (holder and waiter sides in different clients).
-async fn contenders(url: &str) -> Vec<(Peer, Peer)> {
+/// Connects every contender of `names` twice (holder and waiter sides in different
+/// clients).
+async fn contenders(url: &str, names: &[&str]) -> Vec<(Peer, Peer)> {
     let mut all = Vec::new();
-    for name in Peer::NAMES {
+    for &name in names {
         all.push((
             Peer::connect(name, url).await,
             Peer::connect(name, url).await,
@@ -166,7 +169,7 @@ async fn handoff_once(holder: &mut Worker, waiter: Worker, name: &str) -> (Durat
 }
 
 async fn handoff(run: &Run) {
-    let all = contenders(&run.url).await;
+    let all = contenders(&run.url, &Peer::NAMES).await;
     let mut rows = Vec::new();
     for (a, b) in &all {
         let samples = match a.name() {
@@ -250,7 +253,7 @@ async fn throughput_window(peer: &Peer, tasks: usize, window: Duration) -> (u64,
 }
 
 async fn throughput(run: &Run) {
-    let all = contenders(&run.url).await;
+    let all = contenders(&run.url, &Peer::THROUGHPUT_NAMES).await;
     let sizes = run.pick(vec![1, 8, 64, 256, 1024], vec![1, 8]);
     let rounds = run.pick(5, 1);
     let window = run.pick(Duration::from_secs(1), Duration::from_millis(100));
@@ -270,16 +273,21 @@ async fn throughput(run: &Run) {
                 times.append(&mut t);
             }
         }
-        let raw_rate = median(&per_peer[1].0);
+        let rate_of = |name: &str| {
+            let i = all.iter().position(|(peer, _)| peer.name() == name);
+            median(&per_peer[i.unwrap()].0)
+        };
+        let (raw_rate, scripts_rate) = (rate_of("raw"), rate_of("redisson-scripts"));
         for ((peer, _), (rates, times)) in all.iter().zip(&mut per_peer) {
             times.sort();
             let rate = median(rates);
             let p99 = quantile(times, 0.99);
             println!(
-                "throughput/{tasks}_tasks/{}: {rate:.0} lock+unlock/s ({:.2}× raw; rounds {}), \
-                 p50 {:.1} µs, p99 {:.1} µs",
+                "throughput/{tasks}_tasks/{}: {rate:.0} lock+unlock/s ({:.2}× raw, {:.2}× \
+                 redisson-scripts; rounds {}), p50 {:.1} µs, p99 {:.1} µs",
                 peer.name(),
                 rate / raw_rate,
+                rate / scripts_rate,
                 rates
                     .iter()
                     .map(|r| format!("{r:.0}"))
@@ -395,7 +403,7 @@ impl Monitor {
 }
 
 async fn contention(run: &Run) {
-    let all = contenders(&run.url).await;
+    let all = contenders(&run.url, &Peer::NAMES).await;
     let window = run.pick(Duration::from_secs(4), Duration::from_millis(300));
     let mut rows = Vec::new();
     for pair in &all {

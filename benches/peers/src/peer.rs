@@ -12,11 +12,14 @@ use redisson_lock::{Lock, LockClient, LockGuard, LockOwner};
 use crate::common::{Bare, BareLock};
 
 /// Who competes. `Raw` is Redisson's hash protocol as two bare EVALSHA scripts on one fred
-/// client, waiting by polling every millisecond; the others are the crates a user would pick.
+/// client, waiting by polling every millisecond; `Scripts` is raw with Redisson 4.7's own
+/// unlock (its request's latch, the latch's `DEL` not waited for), what Java sends; the
+/// others are the crates a user would pick.
 #[derive(Clone)]
 pub enum Peer {
     Ours(LockClient),
     Raw(Bare),
+    Scripts(Bare),
     Rslock(Arc<rslock::LockManager>),
     Rlock(Arc<rlock::async_lock::RLock>),
     Naive(ConnectionManager),
@@ -36,7 +39,7 @@ if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) 
 return 0
 "#;
 
-/// What a held lock is, per contender.
+/// What a held lock is, per contender (`Raw` for raw's and Scripts' alike).
 pub enum Held {
     Ours(LockGuard),
     Raw(BareLock),
@@ -52,17 +55,29 @@ pub struct Worker {
     id: usize,
     owner: Option<LockOwner>,
     ours: HashMap<String, Lock>,
+    /// Raw's locks, or redisson-scripts' (the same hash protocol).
     raw: HashMap<String, BareLock>,
 }
 
 impl Peer {
     pub const NAMES: [&'static str; 5] = ["redisson-lock", "raw", "rslock", "rlock", "naive"];
+    /// [`NAMES`](Self::NAMES) and, beside raw, redisson-scripts. It waits by raw's 1 ms
+    /// poll, which handoff and contention would only measure again: throughput alone runs it.
+    pub const THROUGHPUT_NAMES: [&'static str; 6] = [
+        "redisson-lock",
+        "raw",
+        "redisson-scripts",
+        "rslock",
+        "rlock",
+        "naive",
+    ];
 
     /// Connects contender `name` to `url`.
     pub async fn connect(name: &str, url: &str) -> Peer {
         match name {
             "redisson-lock" => Peer::Ours(LockClient::connect(url).await.unwrap()),
             "raw" => Peer::Raw(Bare::connect(url).await),
+            "redisson-scripts" => Peer::Scripts(Bare::connect(url).await),
             "rslock" => Peer::Rslock(Arc::new(rslock::LockManager::new(vec![url.to_owned()]))),
             "rlock" => Peer::Rlock(Arc::new(rlock::async_lock::RLock::new(url).await.unwrap())),
             "naive" => {
@@ -77,6 +92,7 @@ impl Peer {
         match self {
             Peer::Ours(_) => "redisson-lock",
             Peer::Raw(_) => "raw",
+            Peer::Scripts(_) => "redisson-scripts",
             Peer::Rslock(_) => "rslock",
             Peer::Rlock(_) => "rlock",
             Peer::Naive(_) => "naive",
@@ -121,7 +137,7 @@ impl Worker {
                 let owner = self.owner.as_ref().unwrap();
                 Held::Ours(self.ours[name].lock(owner).await.unwrap())
             }
-            Peer::Raw(bare) => {
+            Peer::Raw(bare) | Peer::Scripts(bare) => {
                 if !self.raw.contains_key(name) {
                     let lock = bare.lock(name, &self.id.to_string());
                     self.raw.insert(name.to_owned(), lock);
@@ -159,6 +175,7 @@ impl Worker {
         match (held, &self.peer) {
             (Held::Ours(guard), _) => guard.unlock().await.unwrap(),
             (Held::Raw(lock), Peer::Raw(bare)) => bare.unlock(&lock).await,
+            (Held::Raw(lock), Peer::Scripts(bare)) => bare.unlock_redisson(&lock).await,
             (Held::Rslock(guard), _) => guard.release().await,
             (Held::Rlock(mut guard), _) => guard.release().await.unwrap(),
             (Held::Naive(name, token), Peer::Naive(redis)) => {

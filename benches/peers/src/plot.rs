@@ -9,6 +9,7 @@ fn colour(contender: &str) -> RGBColor {
     match contender {
         "redisson-lock" => RGBColor(214, 39, 40),
         "raw" => RGBColor(31, 119, 180),
+        "redisson-scripts" => RGBColor(23, 190, 207),
         "rslock" => RGBColor(44, 160, 44),
         "rlock" => RGBColor(148, 103, 189),
         "naive" => RGBColor(255, 127, 14),
