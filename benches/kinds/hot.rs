@@ -125,34 +125,53 @@ pub fn hot_lock(
         a.lock("bench:hot:handoff").unwrap(),
     );
     let owners = (a.new_owner(), a.new_owner());
-    let (gaps, trips) = rt.block_on(async {
-        let (mut gaps, mut trips) = (Vec::new(), Vec::new());
+    let (other, other_owners) = (
+        b.lock("bench:hot:handoff").unwrap(),
+        (a.new_owner(), b.new_owner()),
+    );
+    let (gaps, across, trips, idle_trips) = rt.block_on(async {
+        let (mut gaps, mut across, mut trips, mut idle_trips) =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::new());
         for _ in 0..handoffs {
             trips.push(bare.round_trip(&busy).await);
+            // As the handoff's release comes: after the same 2 ms pause.
+            tokio::time::sleep(Duration::from_millis(2)).await;
+            idle_trips.push(bare.round_trip(&busy).await);
             gaps.push(handoff_once(&lock, &heir, &owners, bare).await);
+            across.push(handoff_once(&lock, &other, &other_owners, bare).await);
         }
-        (gaps, trips)
+        (gaps, across, trips, idle_trips)
     });
     let trip = summary("hot_lock/bare_evalsha_round_trip", &trips).unwrap();
+    let idle = summary(
+        "hot_lock/bare_evalsha_round_trip after a 2 ms pause",
+        &idle_trips,
+    )
+    .unwrap();
     let gap = summary("hot_lock/same_client_handoff", &gaps).unwrap();
+    let across = summary("hot_lock/handoff_to_another_client", &across).unwrap();
     println!(
-        "hot_lock/same_client_handoff p50 = {:.2} round trips (target ≤ 1.5: {})",
+        "hot_lock/same_client_handoff p50 = {:.2} round trips, {:.2} after the same pause \
+         (target ≤ 1.5: {}); to another client's waiter {:.2} and {:.2}",
         gap.p50.as_secs_f64() / trip.p50.as_secs_f64(),
-        verdict(gap.p50.as_secs_f64() <= 1.5 * trip.p50.as_secs_f64()),
+        gap.p50.as_secs_f64() / idle.p50.as_secs_f64(),
+        verdict(gap.p50.as_secs_f64() <= 1.5 * idle.p50.as_secs_f64()),
+        across.p50.as_secs_f64() / trip.p50.as_secs_f64(),
+        across.p50.as_secs_f64() / idle.p50.as_secs_f64(),
     );
 
     // 16 tasks of one client on one lock, ours and raw in alternating runs.
     let hot = a.lock("bench:hot").unwrap();
-    let before = CommandStats::read(server);
-    let (ours, raw) = rt.block_on(async {
-        let (mut ours, mut raw) = (Vec::new(), Vec::new());
+    let (ours, raw, published) = rt.block_on(async {
+        let (mut ours, mut raw, mut published) = (Vec::new(), Vec::new(), 0);
         for _ in 0..rounds {
+            let before = CommandStats::read(server).calls("publish");
             ours.push(ours_contending(a, &hot, 16, run).await);
+            published += CommandStats::read(server).calls("publish") - before;
             raw.push(raw_contending(bare, "bench:bare:hot", 16, run).await);
         }
-        (ours, raw)
+        (ours, raw, published)
     });
-    let published = CommandStats::read(server).calls("publish") - before.calls("publish");
     let (ours, raw) = (contention(&ours, run), contention(&raw, run));
     print_contention("redisson_lock", &ours);
     print_contention("raw (1 ms poll)", &raw);
@@ -160,7 +179,7 @@ pub fn hot_lock(
     println!(
         "hot_lock: 16 tasks of one client, {rounds} × {:.1} s each side: {:.2} × raw (target ≥ \
          1.5: {}); max wait {:.1} × the mean (target ≤ 10: {}); starved tasks: {} ({}); about \
-         {:.0}% of the acquisitions were hand-offs (unlock messages, raw's included: {published})",
+         {:.0}% of the acquisitions were hand-offs ({published} unlock messages)",
         run.as_secs_f64(),
         ours.rate / raw.rate,
         verdict(ours.rate >= 1.5 * raw.rate),

@@ -21,6 +21,7 @@ use crate::core::guard::{Holding, Renewal};
 use crate::core::lease::Lease;
 use crate::core::protocol::{HandOffCall, Target};
 use crate::core::release::Released;
+use crate::core::wait::Wait;
 use crate::engine::hand_offs::{Heir, Run};
 
 /// A waiter in its client's line for a hold handed over.
@@ -169,6 +170,22 @@ pub(crate) fn handed(
             turn.unclaim();
         }
     }
+}
+
+/// Whether a `lock()` of `owner` goes straight to the back of its client's line, without a
+/// first attempt: when other tasks of the client wait for the lock (they are handed it in
+/// turn, or woken by its release), and `owner` holds none of it that this client knows of
+/// (a re-entry must not wait behind them). Otherwise the stream of first attempts of tasks
+/// that just handed the lock on would take it whenever it is freed, a round trip before any
+/// other client's waiter can, and so starve them. Timed waits still look first.
+pub(crate) fn queues_at_once(lock: &Target, owner: &LockOwner, wait: Wait) -> bool {
+    let engine = &lock.engine;
+    matches!(wait, Wait::Forever)
+        && engine.hand_offs().has_line(&lock.keys.raw)
+        && engine
+            .watchdog()
+            .keep_alive(&lock.hold_key(owner))
+            .is_none()
 }
 
 /// A waiter's place in the line: dropping it leaves.

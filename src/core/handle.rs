@@ -211,6 +211,8 @@ impl Handle {
                 let turn = turn.get_or_init(Arc::<Turn>::default).clone();
                 hand_off::handed(&self.lock, owner, (self.lease, lease_ms), turn)
             };
+            let look_first = !hand_off::queues_at_once(&self.lock, owner, wait);
+            let wake = (wake, look_first);
             return wait::acquire_or_handed(engine, wake, deadline, attempt, handed).await;
         };
         let attempt = || async {

@@ -102,7 +102,14 @@ where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<Attempt<T>>>,
 {
-    acquire_or_handed(engine, wake, deadline, attempt, std::future::pending).await
+    acquire_or_handed(
+        engine,
+        (wake, true),
+        deadline,
+        attempt,
+        std::future::pending,
+    )
+    .await
 }
 
 /// [`acquire`], for a waiter that may also be handed the hold (see
@@ -110,9 +117,13 @@ where
 /// future `handed` makes completes with a hold handed over, which ends the wait. Whichever
 /// comes first wins; the other is dropped, which undoes it (an attempt in flight, or a hold
 /// handed over as the wait ended).
+///
+/// `look_first` false: the waiter makes no first attempt and waits at once, behind the
+/// waiters already in line, which the holder's release wakes or hands the lock to. Only for
+/// a waiter that cannot hold the lock already (no re-entry), while others of its client wait.
 pub(crate) async fn acquire_or_handed<T, F, Fut, H>(
     engine: &Engine,
-    wake: Wake<'_>,
+    (wake, look_first): (Wake<'_>, bool),
     deadline: Option<Instant>,
     mut attempt: F,
     handed: impl FnOnce() -> H,
@@ -126,9 +137,13 @@ where
         Wake::Messages(..) => Some(engine.pubsub().now()),
         Wake::Spin(_) => None,
     };
-    let ttl = match attempt().await? {
-        Attempt::Acquired(hold) => return Ok(Some(hold)),
-        Attempt::Busy { ttl } => ttl,
+    // Not looked at, the holder's lease is unknown: the wait is bounded by the poll instead.
+    let ttl = match look_first {
+        true => match attempt().await? {
+            Attempt::Acquired(hold) => return Ok(Some(hold)),
+            Attempt::Busy { ttl } => ttl,
+        },
+        false => None,
     };
     let handed = handed();
     // The waiting state (subscription, timers, registrations) is kilobytes: boxed, so that

@@ -189,4 +189,9 @@ impl HandOffs {
         let at = line.partition_point(|(other, _)| *other < id);
         line.insert(at, (id, heir));
     }
+
+    /// Whether any waiter of `key` is in line (one may have stopped waiting since).
+    pub(crate) fn has_line(&self, key: &str) -> bool {
+        self.lines.lock().contains_key(key)
+    }
 }
