@@ -215,10 +215,11 @@ impl Heirship {
     /// may go to another task (see [`HandOff`](crate::HandOff)).
     pub(crate) fn first(lock: &Target, run: Run) -> Option<Heirship> {
         let call = lock.kind.hand_off()?;
-        if !lock.engine.settings().hand_off.allows(run) {
+        let engine = &lock.engine;
+        if !engine.hand_offs().has_waiters() || !engine.settings().hand_off.allows(run) {
             return None;
         }
-        let (id, heir) = lock.engine.hand_offs().first(&lock.keys.raw)?;
+        let (id, heir) = engine.hand_offs().first(&lock.keys.raw)?;
         Some(Heirship {
             call,
             heir,

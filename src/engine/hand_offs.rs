@@ -6,7 +6,7 @@
 //! clients' waiters from starving.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use parking_lot::Mutex;
@@ -133,6 +133,9 @@ type Line = VecDeque<(u64, Box<dyn Heir>)>;
 #[derive(Default)]
 pub(crate) struct HandOffs {
     lines: Mutex<HashMap<Str, Line>>,
+    /// How many waiters the lines hold: while none, a release or a `lock()` looks no further
+    /// (no lock taken, nothing hashed).
+    in_line: AtomicUsize,
     next_id: AtomicU64,
 }
 
@@ -140,11 +143,9 @@ impl HandOffs {
     /// Puts `heir` at the back of the line of `key`; the id takes it out again.
     pub(crate) fn join(&self, key: &Str, heir: Box<dyn Heir>) -> u64 {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        self.lines
-            .lock()
-            .entry(key.clone())
-            .or_default()
-            .push_back((id, heir));
+        let mut lines = self.lines.lock();
+        lines.entry(key.clone()).or_default().push_back((id, heir));
+        self.in_line.fetch_add(1, Ordering::Relaxed);
         id
     }
 
@@ -154,6 +155,7 @@ impl HandOffs {
         if let Some(line) = lines.get_mut(key) {
             if let Ok(at) = line.binary_search_by_key(&id, |(id, _)| *id) {
                 let heir = line.remove(at);
+                self.in_line.fetch_sub(1, Ordering::Relaxed);
                 if line.is_empty() {
                     lines.remove(key);
                 }
@@ -171,6 +173,7 @@ impl HandOffs {
         let line = lines.get_mut(key)?;
         let at = line.iter().position(|(_, heir)| heir.claim())?;
         let first = line.remove(at);
+        self.in_line.fetch_sub(1, Ordering::Relaxed);
         if line.is_empty() {
             lines.remove(key);
         }
@@ -188,10 +191,16 @@ impl HandOffs {
         let line = lines.entry(key.clone()).or_default();
         let at = line.partition_point(|(other, _)| *other < id);
         line.insert(at, (id, heir));
+        self.in_line.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Whether any waiter of this client is in line, for any lock.
+    pub(crate) fn has_waiters(&self) -> bool {
+        self.in_line.load(Ordering::Relaxed) > 0
     }
 
     /// Whether any waiter of `key` is in line (one may have stopped waiting since).
     pub(crate) fn has_line(&self, key: &str) -> bool {
-        self.lines.lock().contains_key(key)
+        self.has_waiters() && self.lines.lock().contains_key(key)
     }
 }
