@@ -48,7 +48,7 @@ enum Source {
 /// - `pubsub_mode`: [`PubSubMode::Auto`] (Redisson's `shardedSubscriptionMode` AUTO).
 /// - `wait_for_replicas`: on, with a 1 s timeout (Redisson's `checkLockSyncedSlaves` and
 ///   `slavesSyncTimeout`).
-/// - `hand_off`: [`HandOff::DEFAULT`], at most 16 hand-offs in a row within 50 ms.
+/// - `hand_off`: [`HandOff::OFF`], every release frees the lock as Redisson's does.
 #[must_use]
 pub struct LockClientBuilder {
     source: Source,
@@ -86,7 +86,7 @@ impl Default for LockClientBuilder {
             renew_by_slot: None,
             pubsub_mode: PubSubMode::Auto,
             replica_wait: Some(Duration::from_secs(1)),
-            hand_off: HandOff::DEFAULT,
+            hand_off: HandOff::OFF,
             database: None,
         }
     }
@@ -250,9 +250,9 @@ impl LockClientBuilder {
     /// clients keep waiting; `hand_off` bounds how long that lasts (see [`HandOff`]). The
     /// data stays Redisson's: one owner field with its count, the key's TTL its lease.
     ///
-    /// Waiters of this client are given the lock in the order they began to wait. Other
-    /// kinds (fair, fenced, spin, read-write, non-reentrant) never hand over.
-    /// [`HandOff::OFF`] releases every lock as Redisson does.
+    /// Waiters of this client are given the lock in the order they began to wait, and a new
+    /// `lock()` call waits behind them. Other kinds (fair, fenced, spin, read-write,
+    /// non-reentrant) never hand over. Off by default; [`HandOff`] says when to turn it on.
     pub fn hand_off(mut self, hand_off: HandOff) -> Self {
         self.hand_off = hand_off;
         self

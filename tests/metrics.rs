@@ -95,7 +95,7 @@ fn samples(name: &str) -> Vec<f64> {
 async fn a_known_run_is_counted() {
     recorded();
     let server = RedisServer::start();
-    let client = client(&server).await;
+    let client = client_with(&server, |b| b.hand_off(redisson_lock::HandOff::ON)).await;
     let lock = client.lock("metrics:lock").unwrap();
     let (a, b) = (client.new_owner(), client.new_owner());
 

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use redisson_lock::{Lock, LockClient};
+use redisson_lock::{HandOff, Lock, LockClient};
 use tokio::runtime::Runtime;
 use tokio::time::Instant;
 
@@ -104,13 +104,19 @@ fn print_contention(name: &str, side: &Contention) {
 pub fn hot_lock(
     rt: &Runtime,
     server: &RedisServer,
-    (a, b): (&LockClient, &LockClient),
+    (off, b): (&LockClient, &LockClient),
     bare: &Bare,
     args: &Args,
 ) {
     if !args.runs("hot_lock") {
         return;
     }
+    let handing = LockClient::builder()
+        .url(&server.url())
+        .hand_off(HandOff::ON)
+        .build();
+    let on = rt.block_on(handing).unwrap();
+    let a = &on;
     let (handoffs, rounds, run, outsiders) = if args.full {
         (300, 3, Duration::from_secs(3), 20)
     } else {
@@ -162,19 +168,31 @@ pub fn hot_lock(
 
     // 16 tasks of one client on one lock, ours and raw in alternating runs.
     let hot = a.lock("bench:hot").unwrap();
-    let (ours, raw, published) = rt.block_on(async {
-        let (mut ours, mut raw, mut published) = (Vec::new(), Vec::new(), 0);
+    let hot_off = off.lock("bench:hot:off").unwrap();
+    let (ours, ours_off, raw, published) = rt.block_on(async {
+        let (mut ours, mut ours_off, mut raw, mut published) =
+            (Vec::new(), Vec::new(), Vec::new(), 0);
         for _ in 0..rounds {
             let before = CommandStats::read(server).calls("publish");
             ours.push(ours_contending(a, &hot, 16, run).await);
             published += CommandStats::read(server).calls("publish") - before;
+            ours_off.push(ours_contending(off, &hot_off, 16, run).await);
             raw.push(raw_contending(bare, "bench:bare:hot", 16, run).await);
         }
-        (ours, raw, published)
+        (ours, ours_off, raw, published)
     });
-    let (ours, raw) = (contention(&ours, run), contention(&raw, run));
-    print_contention("redisson_lock", &ours);
+    let (ours, ours_off, raw) = (
+        contention(&ours, run),
+        contention(&ours_off, run),
+        contention(&raw, run),
+    );
+    print_contention("redisson_lock (hand-offs on)", &ours);
+    print_contention("redisson_lock (hand-offs off)", &ours_off);
     print_contention("raw (1 ms poll)", &raw);
+    println!(
+        "hot_lock: hand-offs off: {:.2} × raw",
+        ours_off.rate / raw.rate
+    );
     let acquisitions = ours.rate * run.as_secs_f64() * rounds as f64;
     println!(
         "hot_lock: 16 tasks of one client, {rounds} × {:.1} s each side: {:.2} × raw (target ≥ \
@@ -218,5 +236,6 @@ pub fn hot_lock(
         millis(served.p50),
         millis(served.max),
     );
+    rt.block_on(on.shutdown());
     print_load("after hot_lock");
 }

@@ -191,7 +191,7 @@ impl Handle {
             on_the_wire,
         }) = self.lock.kind.line_up(&self.lock, owner, wait)
         else {
-            if self.lock.kind.hand_off().is_none() {
+            if self.lock.kind.hand_off().is_none() || !engine.settings().hand_off.is_on() {
                 let attempt = || self.attempt(owner, lease_ms, wait, None);
                 return wait::acquire(engine, wake, deadline, attempt).await;
             }

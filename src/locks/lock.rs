@@ -24,11 +24,11 @@ use crate::topology::script::{
 /// hold count grows by one, and the key lives at least the new lease from then on (never
 /// less than before).
 ///
-/// When a guard's release would free the lock while a task of the same client waits for it,
-/// the release gives the lock to the longest-waiting such task in the same script: that task
-/// holds it one round trip after the release began, with no unlock message in between (see
-/// [`HandOff`](crate::HandOff), which bounds how many times in a row, and how long, the lock
-/// goes from task to task before it is freed for every client's waiters).
+/// On a client built with [`HandOff::ON`](crate::HandOff::ON), a guard's release that would
+/// free the lock while a task of the same client waits for it gives the lock to the
+/// longest-waiting such task in the same script: that task holds it one round trip after the
+/// release began, with no unlock message in between. [`HandOff`](crate::HandOff) bounds how
+/// many times in a row, and how long, and says when to turn it on.
 ///
 /// A `Lock` is a cheap handle (no I/O to make one, `Clone`, `Send + Sync`). It holds no
 /// owner: every call names the [`LockOwner`] it acts for. Holds are [`LockGuard`]s.

@@ -11,6 +11,20 @@ use support::proxy::{FaultProxy, Net};
 
 use super::*;
 
+/// A client of `server` that hands locks over, with a 30 s watchdog (holds outlive the test
+/// unless released), or a 900 ms one when `short_watchdog`.
+async fn handing_client(server: &RedisServer, short_watchdog: bool) -> LockClient {
+    let watchdog = if short_watchdog {
+        Duration::from_millis(900)
+    } else {
+        30 * SECOND
+    };
+    client_with(server, |b| {
+        b.watchdog_timeout(watchdog).hand_off(HandOff::ON)
+    })
+    .await
+}
+
 /// The lock hash's fields with their counts, and its PTTL, read in one step.
 async fn layout(client: &LockClient, key: &str) -> (Vec<(String, i64)>, i64) {
     const READ: &str = "return {redis.call('hgetall', KEYS[1]), redis.call('pttl', KEYS[1])}";
@@ -39,7 +53,7 @@ async fn layout(client: &LockClient, key: &str) -> (Vec<(String, i64)>, i64) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_last_release_gives_the_lock_to_a_waiting_task_of_its_client_without_a_message() {
     let server = RedisServer::start();
-    let client = long_watchdog_client(&server).await;
+    let client = handing_client(&server, false).await;
     let lock = client.lock("heir").unwrap();
     // The heir's own lease, not the holder's, is what the key gets.
     let heir_lock = client.lock("heir").unwrap().with_lease(fixed(20_000));
@@ -87,7 +101,7 @@ async fn a_last_release_gives_the_lock_to_a_waiting_task_of_its_client_without_a
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_watchdog_renews_a_hold_handed_over_and_hand_off_off_frees_the_lock() {
     let server = RedisServer::start();
-    let client = client(&server).await; // a 900 ms watchdog
+    let client = handing_client(&server, true).await;
     let lock = client.lock("renewed-heir").unwrap();
     let held = lock.lock(&client.new_owner()).await.unwrap();
     let heir = client.new_owner();
@@ -105,7 +119,8 @@ async fn the_watchdog_renews_a_hold_handed_over_and_hand_off_off_frees_the_lock(
     assert_eq!(lock.hold_count(&heir).await.unwrap(), 1);
     guard.unlock().await.unwrap();
 
-    // With hand-offs off, a release frees the lock and tells its waiters, as Redisson's.
+    // With hand-offs off (the default), a release frees the lock and tells its waiters, as
+    // Redisson's.
     let off = client_with(&server, |b| b.hand_off(HandOff::OFF)).await;
     let lock = off.lock("renewed-heir").unwrap();
     let held = lock.lock(&off.new_owner()).await.unwrap();
@@ -129,6 +144,7 @@ async fn a_waiter_dropped_while_the_hand_off_is_on_the_wire_leaves_no_hold_behin
         .url(&proxy.url())
         .watchdog_timeout(30 * SECOND)
         .command_timeout(20 * SECOND)
+        .hand_off(HandOff::ON)
         .build()
         .await
         .unwrap();
@@ -179,7 +195,7 @@ async fn a_waiter_of_another_client_gets_a_lock_sixteen_local_tasks_hand_around(
     let server = RedisServer::start();
     // 30 s leases: the other client's waiter is served by an unlock message, or not at all.
     let (busy, other) = (
-        long_watchdog_client(&server).await,
+        handing_client(&server, false).await,
         long_watchdog_client(&server).await,
     );
     let (stop, inside, acquired) = (
@@ -253,7 +269,7 @@ async fn a_waiter_of_another_client_gets_a_lock_sixteen_local_tasks_hand_around(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_re_entry_is_never_queued_behind_the_waiting_tasks() {
     let server = RedisServer::start();
-    let client = long_watchdog_client(&server).await;
+    let client = handing_client(&server, false).await;
     let lock = client.lock("re-entered").unwrap();
     let holder = client.new_owner();
     let held = lock.lock(&holder).await.unwrap();
