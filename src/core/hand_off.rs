@@ -1,6 +1,7 @@
-//! Hand-offs, the core's side (see [`hand_offs`](crate::engine::hand_offs)): a waiter of a
+//! Hand-offs, the waiter's side (see [`hand_offs`](crate::engine::hand_offs)): a waiter of a
 //! kind that hands over waits in its client's line for a hold as well as for an unlock
-//! message, and a guard's last release gives the lock to the first of that line.
+//! message; a guard's last release gives the lock to the first of that line (the release's
+//! side is [`Heirship`](crate::core::release::Heirship)).
 //!
 //! A hold handed over is registered with the watchdog by the release that handed it, before
 //! the waiter hears of it, and travels to the waiter as a [`Holding`]: a waiter gone by then
@@ -15,12 +16,10 @@ use std::sync::Arc;
 use tokio::sync::{oneshot, Notify};
 use tokio::time::Instant;
 
-use crate::base::observe;
 use crate::base::owner::LockOwner;
 use crate::core::guard::{Holding, Renewal};
 use crate::core::lease::Lease;
-use crate::core::protocol::{HandOffCall, Target};
-use crate::core::release::Released;
+use crate::core::protocol::Target;
 use crate::core::wait::Wait;
 use crate::engine::hand_offs::{Heir, Run};
 
@@ -198,52 +197,5 @@ impl Drop for InLine<'_> {
     fn drop(&mut self) {
         let lock = self.lock;
         lock.engine.hand_offs().leave(&lock.keys.raw, self.id);
-    }
-}
-
-/// The waiter a release may hand the lock to: the first of the line, taken out of it.
-pub(crate) struct Heirship {
-    pub(crate) call: HandOffCall,
-    pub(crate) heir: Box<dyn Heir>,
-    id: u64,
-    /// Where the hold handed over stands in its run.
-    run: Run,
-}
-
-impl Heirship {
-    /// The first waiter of `lock`'s line, when the kind hands over and the hold of run `run`
-    /// may go to another task (see [`HandOff`](crate::HandOff)).
-    pub(crate) fn first(lock: &Target, run: Run) -> Option<Heirship> {
-        let call = lock.kind.hand_off()?;
-        let engine = &lock.engine;
-        if !engine.hand_offs().has_waiters() || !engine.settings().hand_off.allows(run) {
-            return None;
-        }
-        let (id, heir) = engine.hand_offs().first(&lock.keys.raw)?;
-        Some(Heirship {
-            call,
-            heir,
-            id,
-            run: run.next(),
-        })
-    }
-
-    /// After the release sent first at `sent_at` answered `released`: the heir takes the
-    /// hold handed over, or (`confirmed` false: no replica has it, and a failover could lose
-    /// it) releases it; when nothing was handed over it goes back to its place in the line.
-    pub(crate) fn settle(
-        self,
-        lock: &Target,
-        released: Released,
-        sent_at: Instant,
-        confirmed: bool,
-    ) {
-        match released {
-            Released::Handed => {
-                observe::handed_off(lock.kind.kind());
-                self.heir.take(sent_at, self.run, confirmed)
-            }
-            _ => (lock.engine.hand_offs()).put_back(&lock.keys.raw, self.id, self.heir),
-        }
     }
 }

@@ -13,9 +13,8 @@ use crate::base::error::{Error, Result};
 use crate::base::observe;
 use crate::base::owner::LockOwner;
 use crate::base::time::millis;
-use crate::core::hand_off::Heirship;
-use crate::core::protocol::Target;
-use crate::engine::hand_offs::Run;
+use crate::core::protocol::{HandOffCall, Target};
+use crate::engine::hand_offs::{Heir, Run};
 use crate::engine::latches::Latch;
 use crate::engine::Engine;
 use crate::topology::replicas::Confirmation;
@@ -168,4 +167,51 @@ async fn release_to(
         Some(_) => Released::Fully,
     };
     Ok((released, confirmation))
+}
+
+/// The waiter a release may hand the lock to: the first of the line, taken out of it.
+pub(crate) struct Heirship {
+    pub(crate) call: HandOffCall,
+    pub(crate) heir: Box<dyn Heir>,
+    id: u64,
+    /// Where the hold handed over stands in its run.
+    run: Run,
+}
+
+impl Heirship {
+    /// The first waiter of `lock`'s line, when the kind hands over and the hold of run `run`
+    /// may go to another task (see [`HandOff`](crate::HandOff)).
+    pub(crate) fn first(lock: &Target, run: Run) -> Option<Heirship> {
+        let call = lock.kind.hand_off()?;
+        let engine = &lock.engine;
+        if !engine.hand_offs().has_waiters() || !engine.settings().hand_off.allows(run) {
+            return None;
+        }
+        let (id, heir) = engine.hand_offs().first(&lock.keys.raw)?;
+        Some(Heirship {
+            call,
+            heir,
+            id,
+            run: run.next(),
+        })
+    }
+
+    /// After the release sent first at `sent_at` answered `released`: the heir takes the
+    /// hold handed over, or (`confirmed` false: no replica has it, and a failover could lose
+    /// it) releases it; when nothing was handed over it goes back to its place in the line.
+    pub(crate) fn settle(
+        self,
+        lock: &Target,
+        released: Released,
+        sent_at: Instant,
+        confirmed: bool,
+    ) {
+        match released {
+            Released::Handed => {
+                observe::handed_off(lock.kind.kind());
+                self.heir.take(sent_at, self.run, confirmed)
+            }
+            _ => (lock.engine.hand_offs()).put_back(&lock.keys.raw, self.id, self.heir),
+        }
+    }
 }
