@@ -12,19 +12,21 @@ use crate::common::*;
 /// Each task's waits for the lock in one contention run.
 type Waits = Vec<Vec<Duration>>;
 
-/// `tasks` tasks of one client, each its own owner, lock and unlock `lock` in a loop for `run`.
-async fn ours_contending(client: &LockClient, lock: &Lock, tasks: usize, run: Duration) -> Waits {
+/// `tasks` tasks, made by `task(i)`, each taking the lock once per call of its loop body
+/// until `run` has passed: each task's waits.
+async fn contending<F, Fut>(tasks: usize, run: Duration, task: F) -> Waits
+where
+    F: Fn(usize) -> Fut,
+    Fut: FnMut() -> BoxedWait + Send + 'static,
+{
     let until = Instant::now() + run;
     let running: Vec<_> = (0..tasks)
-        .map(|_| {
-            let (lock, me) = (lock.clone(), client.new_owner());
+        .map(|i| {
+            let mut take_once = task(i);
             tokio::spawn(async move {
                 let mut waits = Vec::new();
                 while Instant::now() < until {
-                    let asked = Instant::now();
-                    let guard = lock.lock(&me).await.unwrap();
-                    waits.push(asked.elapsed());
-                    guard.unlock().await.unwrap();
+                    waits.push(take_once().await);
                 }
                 waits
             })
@@ -37,31 +39,45 @@ async fn ours_contending(client: &LockClient, lock: &Lock, tasks: usize, run: Du
     waits
 }
 
+/// One acquisition and release; its wait for the lock.
+type BoxedWait = std::pin::Pin<Box<dyn std::future::Future<Output = Duration> + Send>>;
+
+/// `tasks` tasks of one client, each its own owner, lock and unlock `lock` in a loop for `run`.
+async fn ours_contending(client: &LockClient, lock: &Lock, tasks: usize, run: Duration) -> Waits {
+    contending(tasks, run, |_| {
+        let (lock, me) = (lock.clone(), client.new_owner());
+        move || -> BoxedWait {
+            let (lock, me) = (lock.clone(), me.clone());
+            Box::pin(async move {
+                let asked = Instant::now();
+                let guard = lock.lock(&me).await.unwrap();
+                let waited = asked.elapsed();
+                guard.unlock().await.unwrap();
+                waited
+            })
+        }
+    })
+    .await
+}
+
 /// The same with raw: Redisson's scripts on one bare fred client, polling every millisecond.
 async fn raw_contending(bare: &Bare, name: &str, tasks: usize, run: Duration) -> Waits {
-    let until = Instant::now() + run;
-    let running: Vec<_> = (0..tasks)
-        .map(|i| {
-            let (bare, lock) = (bare.clone(), bare.lock(name, &format!("hot-{i}")));
-            tokio::spawn(async move {
-                let mut waits = Vec::new();
-                while Instant::now() < until {
-                    let asked = Instant::now();
-                    while bare.acquire(&lock).await.is_some() {
-                        tokio::time::sleep(Duration::from_millis(1)).await;
-                    }
-                    waits.push(asked.elapsed());
-                    bare.unlock(&lock).await;
+    contending(tasks, run, |i| {
+        let (bare, lock) = (bare.clone(), bare.lock(name, &format!("hot-{i}")));
+        move || -> BoxedWait {
+            let (bare, lock) = (bare.clone(), lock.clone());
+            Box::pin(async move {
+                let asked = Instant::now();
+                while bare.acquire(&lock).await.is_some() {
+                    tokio::time::sleep(Duration::from_millis(1)).await;
                 }
-                waits
+                let waited = asked.elapsed();
+                bare.unlock(&lock).await;
+                waited
             })
-        })
-        .collect();
-    let mut waits = Vec::new();
-    for task in running {
-        waits.push(task.await.unwrap());
-    }
-    waits
+        }
+    })
+    .await
 }
 
 /// What one side's contention runs gave: acquisitions per second, per task min..max, mean
