@@ -25,7 +25,9 @@ local function latch_value(request, outcome)
 end
 
 -- The reply a latch record `recorded` gives for `request`: true and that reply when the
--- record is this request's (a send of it already ran); false when it is another's.
+-- record is this request's (a send of it already ran); false when it is another's. A hand-off
+-- that issued a fencing token records it after the outcome (see record_token), and replays
+-- as {HANDED_OVER, token}, the token as the digits recorded.
 local function latch_reply(recorded, request)
     local prefix = request .. ':'
     if not recorded or string.sub(recorded, 1, #prefix) ~= prefix then
@@ -35,7 +37,19 @@ local function latch_reply(recorded, request)
     if outcome == NOT_HELD then
         return true, nil
     end
+    local token = string.match(outcome, '^2:(%d+)$')
+    if token then
+        return true, {HANDED_OVER, token}
+    end
     return true, tonumber(outcome)
+end
+
+-- Completes the record of a hand-off that issued the fencing token `token` to the heir (an
+-- integer reply of INCR), so that a resend replays the token too. Written after latch_claim
+-- recorded the outcome, which was the release's first write.
+local function record_token(latch, ttl, request, token)
+    local value = request .. ':2:' .. string.format('%d', token)
+    redis.call('set', latch, value, 'px', ttl)
 end
 
 -- A send of a release that already ran (same request id: a resend, or a first send that

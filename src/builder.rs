@@ -242,17 +242,23 @@ impl LockClientBuilder {
         self
     }
 
-    /// How a [`Lock`](crate::Lock) goes from task to task of this client. When a last
-    /// release finds a task of this client waiting for the lock, it gives that task the lock
-    /// in the same script: the waiter holds it one round trip after the release began,
-    /// instead of after the unlock message and an acquire script of its own. While the lock
-    /// goes from task to task it is never free, so nothing is published and waiters of other
-    /// clients keep waiting; `hand_off` bounds how long that lasts (see [`HandOff`]). The
-    /// data stays Redisson's: one owner field with its count, the key's TTL its lease.
+    /// How an exclusive lock goes from task to task of this client. When a last release
+    /// finds a task of this client waiting for the same lock, of the same kind, it gives that
+    /// task the lock in the same script: the waiter holds it one round trip after the release
+    /// began, instead of after the unlock message and an acquire script of its own. While the
+    /// lock goes from task to task it is never free, so nothing is published and waiters of
+    /// other clients keep waiting; `hand_off` bounds how long that lasts (see [`HandOff`]).
+    /// The data stays Redisson's: one owner field with count 1, the key's TTL the new
+    /// holder's lease.
+    ///
+    /// The kinds that hand over: [`Lock`](crate::Lock), [`SpinLock`](crate::SpinLock),
+    /// [`NonReentrantLock`](crate::NonReentrantLock), [`FencedLock`](crate::FencedLock) (the
+    /// heir gets the next token, as its own acquisition would) and the write side of
+    /// [`ReadWriteLock`](crate::ReadWriteLock) (not when the writer keeps read holds, which
+    /// exclude other writers). The fair locks serve their queue, and readers share.
     ///
     /// Waiters of this client are given the lock in the order they began to wait, and a new
-    /// `lock()` call waits behind them. Other kinds (fair, fenced, spin, read-write,
-    /// non-reentrant) never hand over. Off by default; [`HandOff`] says when to turn it on.
+    /// `lock()` call waits behind them. Off by default; [`HandOff`] says when to turn it on.
     pub fn hand_off(mut self, hand_off: HandOff) -> Self {
         self.hand_off = hand_off;
         self

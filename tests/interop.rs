@@ -303,3 +303,91 @@ async fn the_unlock_latch_makes_a_resent_fair_release_idempotent() {
     let freed = || server.command(&["EXISTS", name]) == "0";
     assert_release_replays(&server, latch, take, count, freed, run);
 }
+
+#[tokio::test]
+async fn the_unlock_latch_replays_a_hand_off_and_the_token_it_issued() {
+    // A resent hand-off (same request id) replays the first outcome: the heir keeps its one
+    // hold, and a fenced heir its token, which the counter issued once.
+    let server = RedisServer::start();
+    let hand_off = &lua("lock_hand_off");
+    let latch = "redisson_unlock_latch:{handed}:l1";
+    let run = |keys: &[&str], request: &str| {
+        let args = ["30000", "me:1", "heir:1", "20000", "10000", request];
+        let count = keys.len().to_string();
+        let command = [&["EVAL", hand_off.as_str(), &count][..], keys, &args].concat();
+        server.command(&command)
+    };
+    let plain = ["handed", latch];
+    server.command(&["HSET", "handed", "me:1", "1"]);
+    assert_eq!(run(&plain, "5"), "2");
+    assert_eq!(run(&plain, "5"), "2", "replayed");
+    assert_eq!(server.command(&["HGETALL", "handed"]), "heir:1\n1");
+    assert_eq!(server.command(&["GET", latch]), "5:2");
+
+    let fenced = ["handed", "redisson_lock_token:{handed}", latch];
+    server.command(&["DEL", "handed"]);
+    server.command(&["HSET", "handed", "me:1", "1"]);
+    server.command(&["SET", "redisson_lock_token:{handed}", "7"]);
+    assert_eq!(run(&fenced, "6"), "2\n8");
+    assert_eq!(run(&fenced, "6"), "2\n8", "replayed, with the token");
+    assert_eq!(
+        server.command(&["GET", "redisson_lock_token:{handed}"]),
+        "8"
+    );
+    assert_eq!(server.command(&["HGETALL", "handed"]), "heir:1\n1");
+    assert_eq!(server.command(&["GET", latch]), "6:2:8");
+    let ttl = pttl(&server, latch);
+    assert!(ttl > 5_000 && ttl <= 10_000, "{ttl}");
+
+    // A counter INCR would refuse fails the release before it writes anything.
+    server.command(&["DEL", "handed"]);
+    server.command(&["HSET", "handed", "me:1", "1"]);
+    server.command(&["SET", "redisson_lock_token:{handed}", "not a number"]);
+    let refused = run(&fenced, "7");
+    assert!(refused.contains("holds no integer"), "{refused}");
+    assert_eq!(server.command(&["HGETALL", "handed"]), "me:1\n1");
+    assert_eq!(server.command(&["GET", latch]), "6:2:8");
+}
+
+#[tokio::test]
+async fn a_write_release_hands_over_only_what_it_would_free() {
+    let server = RedisServer::start();
+    let (acquire, release) = (&lua("write_acquire"), &lua("write_release"));
+    let latch = "redisson_unlock_latch:{w}:l1";
+    let take = || server.command(&["EVAL", acquire, "1", "w", "30000", "me:1:write", "me:1"]);
+    let run = |request: &str| {
+        let keys = ["w", "redisson_rwlock:{w}", latch];
+        let args = [
+            "1",
+            "30000",
+            "me:1:write",
+            "PUBLISH",
+            "heir:1:write",
+            "20000",
+            "10000",
+        ];
+        let command = [
+            &["EVAL", release.as_str(), "3"][..],
+            &keys,
+            &args,
+            &[request],
+        ];
+        server.command(&command.concat())
+    };
+    let hash = || server.command(&["HGETALL", "w"]);
+    take();
+    take();
+    assert_eq!(run("1"), "0", "a partial release hands nothing over");
+    assert_eq!(run("2"), "2");
+    assert_eq!(run("2"), "2", "replayed");
+    assert_eq!(hash(), "mode\nwrite\nheir:1:write\n1");
+    let ttl = pttl(&server, "w");
+    assert!(ttl > 15_000 && ttl <= 20_000, "the heir's lease: {ttl}");
+
+    // A writer that also reads keeps its read holds: a downgrade, never a hand-off.
+    server.command(&["DEL", "w"]);
+    take();
+    server.command(&["HSET", "w", "me:1", "1"]);
+    assert_eq!(run("3"), "1");
+    assert_eq!(hash(), "mode\nread\nme:1\n1");
+}

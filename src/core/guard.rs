@@ -340,7 +340,7 @@ impl Departure {
         let by = By::Guard;
         match release_settled(&lock, &owner, lease_ms, Some(generation), by, Some(run)).await? {
             Released::NotHeld => Err(Error::not_held(&lock.name, &owner)),
-            Released::Partly | Released::Fully | Released::Handed => Ok(()),
+            Released::Partly | Released::Fully | Released::Handed { .. } => Ok(()),
         }
     }
 }

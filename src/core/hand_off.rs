@@ -21,7 +21,7 @@ use crate::core::guard::{Holding, Renewal};
 use crate::core::lease::Lease;
 use crate::core::protocol::Target;
 use crate::core::wait::Wait;
-use crate::engine::hand_offs::{Heir, Run};
+use crate::engine::hand_offs::{Heir, Line, Run};
 
 /// A waiter in its client's line for a hold handed over.
 struct Waiting {
@@ -30,7 +30,7 @@ struct Waiting {
     lease: Lease,
     lease_ms: i64,
     turn: Arc<Turn>,
-    to: oneshot::Sender<Holding>,
+    to: oneshot::Sender<(Holding, Option<u64>)>,
 }
 
 impl Heir for Waiting {
@@ -54,7 +54,7 @@ impl Heir for Waiting {
         self.turn.unclaim();
     }
 
-    fn take(self: Box<Self>, sent_at: Instant, run: Run, confirmed: bool) {
+    fn take(self: Box<Self>, sent_at: Instant, run: Run, confirmed: bool, token: Option<u64>) {
         let Waiting {
             lock,
             owner,
@@ -67,7 +67,7 @@ impl Heir for Waiting {
         let holding = Holding::new(lock, owner, renewal, lease_ms).in_run(run);
         if confirmed {
             // A waiter gone meanwhile drops it, and the drop releases the hold.
-            let _ = to.send(holding);
+            let _ = to.send((holding, token));
         }
         // Else dropped here, which releases it: the waiter, told nothing, waits on.
     }
@@ -152,15 +152,15 @@ pub(crate) fn handed(
                 turn: turn.clone(),
                 to,
             };
+            let line = lock.hand_off_line();
+            let id = lock.engine.hand_offs().join(&line, Box::new(waiting));
             let place = InLine {
                 lock: &lock,
-                id: lock
-                    .engine
-                    .hand_offs()
-                    .join(&lock.keys.raw, Box::new(waiting)),
+                line,
+                id,
             };
-            if let Ok(holding) = from.await {
-                return (holding, None);
+            if let Ok(handed) = from.await {
+                return handed;
             }
             // A release took this waiter and failed (its outcome may be unknown): wait in
             // line again. Should the lock have gone to this owner after all, its next
@@ -174,28 +174,27 @@ pub(crate) fn handed(
 /// Whether a `lock()` of `owner` goes straight to the back of its client's line, without a
 /// first attempt: when other tasks of the client wait for the lock (they are handed it in
 /// turn, or woken by its release), and `owner` holds none of it that this client knows of
-/// (a re-entry must not wait behind them). Otherwise the stream of first attempts of tasks
+/// (a re-entry must not wait behind them, nor should a write lock's upgrade, refused at its
+/// first attempt). Otherwise the stream of first attempts of tasks
 /// that just handed the lock on would take it whenever it is freed, a round trip before any
 /// other client's waiter can, and so starve them. Timed waits still look first.
 pub(crate) fn queues_at_once(lock: &Target, owner: &LockOwner, wait: Wait) -> bool {
-    let engine = &lock.engine;
+    let hand_offs = lock.engine.hand_offs();
     matches!(wait, Wait::Forever)
-        && engine.hand_offs().has_line(&lock.keys.raw)
-        && engine
-            .watchdog()
-            .keep_alive(&lock.hold_key(owner))
-            .is_none()
+        && hand_offs.has_waiters()
+        && hand_offs.has_line(&lock.hand_off_line())
+        && !lock.kind.held_by(lock, owner)
 }
 
 /// A waiter's place in the line: dropping it leaves.
 struct InLine<'a> {
     lock: &'a Target,
+    line: Line,
     id: u64,
 }
 
 impl Drop for InLine<'_> {
     fn drop(&mut self) {
-        let lock = self.lock;
-        lock.engine.hand_offs().leave(&lock.keys.raw, self.id);
+        self.lock.engine.hand_offs().leave(&self.line, self.id);
     }
 }

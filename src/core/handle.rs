@@ -191,7 +191,7 @@ impl Handle {
             on_the_wire,
         }) = self.lock.kind.line_up(&self.lock, owner, wait)
         else {
-            if self.lock.kind.hand_off().is_none() || !engine.settings().hand_off.is_on() {
+            if !self.lock.kind.hands_off() || !engine.settings().hand_off.is_on() {
                 let attempt = || self.attempt(owner, lease_ms, wait, None);
                 return wait::acquire(engine, wake, deadline, attempt).await;
             }
@@ -336,7 +336,7 @@ impl Handle {
             let lease_ms = keep_alive.map_or(lease_ms, millis);
             match release_settled(lock, &owner, lease_ms, generation, By::Owner, None).await? {
                 Released::NotHeld => Err(Error::not_held(&lock.name, &owner)),
-                Released::Partly | Released::Fully | Released::Handed => Ok(()),
+                Released::Partly | Released::Fully | Released::Handed { .. } => Ok(()),
             }
         })
     }

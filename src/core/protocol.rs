@@ -22,6 +22,7 @@ use crate::base::keys::{LockKeys, Str};
 use crate::base::owner::LockOwner;
 use crate::core::attempt::{Attempt, Reply, Taken};
 use crate::core::wait::{Wait, WaitStrategy};
+use crate::engine::hand_offs::Line;
 use crate::engine::watchdog::{HoldKey, Renew};
 use crate::engine::Engine;
 use crate::topology::pubsub::{unlock_messages, Messages};
@@ -68,6 +69,12 @@ impl Target {
             field: self.kind.field(owner),
             renew: self.kind.renew(&self.keys),
         }
+    }
+
+    /// The line of this lock's waiters that its releases may hand it to: the waiters of the
+    /// same kind (a hand-off writes the kind's own layout, and a fenced one issues a token).
+    pub(crate) fn hand_off_line(&self) -> Line {
+        Line::new(self.kind.kind(), &self.keys.raw)
     }
 
     /// How the scripts must publish (see `lua/publish.lua`).
@@ -143,10 +150,33 @@ pub(crate) trait Protocol: Send + Sync + 'static {
     /// The script freeing the lock whoever holds it; it replies 1 when it freed something.
     fn force_release(&self, lock: &Target) -> Call;
 
-    /// For a kind whose last release may give the lock to a waiter of the same client (see
-    /// [`hand_off`](crate::core::hand_off)): the script that does.
-    fn hand_off(&self) -> Option<HandOffCall> {
-        None
+    /// Whether the kind's last release may give the lock to a waiter of the same client (see
+    /// [`hand_off`](crate::core::hand_off)).
+    fn hands_off(&self) -> bool {
+        false
+    }
+
+    /// For a kind that [`hands_off`](Protocol::hands_off): the script releasing one hold of
+    /// `owner` as [`release`](Protocol::release)'s does, which gives the lock to the waiter
+    /// `heir` of the same client, with a lease of `heir_lease_ms`, when it would free it. It
+    /// replies as `release`'s, or 2 when it handed the lock over (`{2, token}` when the heir
+    /// gets a fencing token). Without the unlock latch, which the caller appends as for
+    /// `release`. A kind that never hands over releases.
+    fn hand_off(
+        &self,
+        lock: &Target,
+        (owner, lease_ms): (&LockOwner, i64),
+        (_heir, _heir_lease_ms): (&LockOwner, i64),
+    ) -> Call {
+        self.release(lock, owner, lease_ms)
+    }
+
+    /// Whether this client holds the lock for `owner` in a way that a wait behind the
+    /// client's other waiters would wait for (see
+    /// [`queues_at_once`](crate::core::hand_off::queues_at_once)).
+    fn held_by(&self, lock: &Target, owner: &LockOwner) -> bool {
+        let watchdog = lock.engine.watchdog();
+        watchdog.keep_alive(&lock.hold_key(owner)).is_some()
     }
 
     /// Whether anyone holds the lock in this kind's sense (a non-empty hash by default).
@@ -162,18 +192,6 @@ pub(crate) trait Protocol: Send + Sync + 'static {
         None
     }
 }
-
-/// Builds the script releasing one hold of `owner` (a partial release resets the TTL to
-/// `lease_ms`) that gives the lock to `heir`, with a lease of `heir_lease_ms`, when it frees
-/// it; it replies as [`Protocol::release`]'s, or 2 when it handed the lock over. Without the
-/// unlock latch, which the caller appends as for [`Protocol::release`].
-pub(crate) type HandOffCall = fn(
-    lock: &Target,
-    owner: &LockOwner,
-    lease_ms: i64,
-    heir: &LockOwner,
-    heir_lease_ms: i64,
-) -> Call;
 
 /// A waiter's place in a line (see [`Protocol::line_up`]): how it paces its attempts, and
 /// what takes it out of the line when it gives up.

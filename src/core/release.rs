@@ -13,13 +13,13 @@ use crate::base::error::{Error, Result};
 use crate::base::observe;
 use crate::base::owner::LockOwner;
 use crate::base::time::millis;
-use crate::core::protocol::{HandOffCall, Target};
+use crate::core::protocol::Target;
 use crate::engine::hand_offs::{Heir, Run};
 use crate::engine::latches::Latch;
 use crate::engine::Engine;
 use crate::topology::replicas::Confirmation;
 use crate::topology::runner::InPlace;
-use crate::topology::script::nil_or_int;
+use crate::topology::script::{nil_or_int, Script};
 
 /// What a release did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -27,8 +27,11 @@ pub(crate) enum Released {
     NotHeld,
     Partly,
     Fully,
-    /// The owner's last hold went to a waiter of this client (see `hand_off.rs`).
-    Handed,
+    /// The owner's last hold went to a waiter of this client (see `hand_off.rs`), with the
+    /// fencing token the release issued it, for a kind that fences.
+    Handed {
+        token: Option<u64>,
+    },
 }
 
 /// Who releases: a guard, which already gave up its part in the registry, or a release
@@ -78,7 +81,7 @@ pub(crate) async fn release_settled(
     match (released, by) {
         (Released::Partly, By::Owner) => watchdog.release_one(&hold, generation),
         (Released::Partly, By::Guard) => {}
-        (Released::Fully | Released::Handed | Released::NotHeld, _) => {
+        (Released::Fully | Released::Handed { .. } | Released::NotHeld, _) => {
             watchdog.forget(&hold, generation)
         }
     }
@@ -133,8 +136,9 @@ async fn release_to(
     let mut sent = 1;
     let (reply, script) = loop {
         let mut call = match heirship {
-            Some(Heirship { call, heir, .. }) => {
-                call(lock, owner, lease_ms, heir.owner(), heir.lease_ms())
+            Some(Heirship { heir, .. }) => {
+                let heir = (heir.owner(), heir.lease_ms());
+                lock.kind.hand_off(lock, (owner, lease_ms), heir)
             }
             None => lock.kind.release(lock, owner, lease_ms),
         };
@@ -160,18 +164,36 @@ async fn release_to(
         lock.latches.lock().push(latch.key);
     }
     let (reply, confirmation) = reply?;
-    let released = match nil_or_int(script, reply)? {
-        None => Released::NotHeld,
-        Some(0) => Released::Partly,
-        Some(2) if heirship.is_some() => Released::Handed,
-        Some(_) => Released::Fully,
+    let released = match reply {
+        Value::Array(handed) if heirship.is_some() => Released::Handed {
+            token: Some(handed_token(script, handed)?),
+        },
+        reply => match nil_or_int(script, reply)? {
+            None => Released::NotHeld,
+            Some(0) => Released::Partly,
+            Some(2) if heirship.is_some() => Released::Handed { token: None },
+            Some(_) => Released::Fully,
+        },
     };
     Ok((released, confirmation))
 }
 
+/// The fencing token of a hand-off's reply `{2, token}` (the token an integer, or the digits
+/// the latch recorded when the reply is replayed).
+fn handed_token(script: &'static Script, reply: Vec<Value>) -> Result<u64> {
+    let token = match reply.as_slice() {
+        [Value::Integer(2), Value::Integer(token)] => u64::try_from(*token).ok(),
+        [Value::Integer(2), digits] => digits.as_str().and_then(|d| d.parse().ok()),
+        _ => None,
+    };
+    token.ok_or_else(|| Error::UnexpectedReply {
+        script: script.name,
+        detail: format!("a hand-off replied {reply:?}"),
+    })
+}
+
 /// The waiter a release may hand the lock to: the first of the line, taken out of it.
 pub(crate) struct Heirship {
-    pub(crate) call: HandOffCall,
     pub(crate) heir: Box<dyn Heir>,
     id: u64,
     /// Where the hold handed over stands in its run.
@@ -182,14 +204,15 @@ impl Heirship {
     /// The first waiter of `lock`'s line, when the kind hands over and the hold of run `run`
     /// may go to another task (see [`HandOff`](crate::HandOff)).
     pub(crate) fn first(lock: &Target, run: Run) -> Option<Heirship> {
-        let call = lock.kind.hand_off()?;
         let engine = &lock.engine;
-        if !engine.hand_offs().has_waiters() || !engine.settings().hand_off.allows(run) {
+        if !engine.hand_offs().has_waiters()
+            || !lock.kind.hands_off()
+            || !engine.settings().hand_off.allows(run)
+        {
             return None;
         }
-        let (id, heir) = engine.hand_offs().first(&lock.keys.raw)?;
+        let (id, heir) = engine.hand_offs().first(&lock.hand_off_line())?;
         Some(Heirship {
-            call,
             heir,
             id,
             run: run.next(),
@@ -207,11 +230,31 @@ impl Heirship {
         confirmed: bool,
     ) {
         match released {
-            Released::Handed => {
+            Released::Handed { token } => {
                 observe::handed_off(lock.kind.kind());
-                self.heir.take(sent_at, self.run, confirmed)
+                self.heir.take(sent_at, self.run, confirmed, token)
             }
-            _ => (lock.engine.hand_offs()).put_back(&lock.keys.raw, self.id, self.heir),
+            _ => (lock.engine.hand_offs()).put_back(&lock.hand_off_line(), self.id, self.heir),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::topology::script::LOCK_HAND_OFF;
+
+    #[test]
+    fn a_hand_off_reply_gives_the_token_first_sent_or_replayed() {
+        let read = |reply: Vec<Value>| handed_token(&LOCK_HAND_OFF, reply);
+        assert_eq!(read(vec![2.into(), 8.into()]).unwrap(), 8);
+        assert_eq!(
+            read(vec![2.into(), "8".into()]).unwrap(),
+            8,
+            "from the latch"
+        );
+        assert!(read(vec![1.into(), 8.into()]).is_err());
+        assert!(read(vec![2.into(), (-1).into()]).is_err());
+        assert!(read(vec![2.into()]).is_err());
     }
 }

@@ -1,9 +1,9 @@
 //! Hand-offs between the tasks of one client: a release that frees a lock one of the
 //! client's own tasks is waiting for gives it to that task in the same script (see
-//! `lua/lock_hand_off.lua`), so the waiter holds it one round trip after the release began,
-//! with no message and no acquire script of its own. This file keeps the client's waiters
-//! that may take such a hold, in the order they began to wait, and the bound that keeps other
-//! clients' waiters from starving.
+//! `lua/lock_hand_off.lua` and `lua/write_release.lua`), so the waiter holds it one round
+//! trip after the release began, with no message and no acquire script of its own. This file
+//! keeps the client's waiters that may take such a hold, one line per lock and kind, in the
+//! order they began to wait, and the bound that keeps other clients' waiters from starving.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -15,9 +15,10 @@ use tokio::time::Instant;
 use crate::base::keys::Str;
 use crate::base::owner::LockOwner;
 
-/// Whether, and how many times in a row, a [`Lock`](crate::Lock) goes from one task of a
-/// client to another in one script, before it is released for real so that waiters of other
-/// clients (Java or Rust) get their chance.
+/// Whether, and how many times in a row, an exclusive lock goes from one task of a client to
+/// another in one script, before it is released for real so that waiters of other clients
+/// (Java or Rust) get their chance. Which kinds hand over is listed at
+/// [`LockClientBuilder::hand_off`](crate::LockClientBuilder::hand_off).
 ///
 /// With hand-offs on, a release gives the lock to a waiting task of its own client only while
 /// both bounds hold: fewer than [`max_in_row`](HandOff::max_in_row) hand-offs since the lock
@@ -133,21 +134,37 @@ pub(crate) trait Heir: Send + Sync + 'static {
     fn claim(&self) -> bool;
     /// The release handed nothing over: the waiter may attempt again.
     fn unclaim(&self);
-    /// Gives the waiter the hold a script sent at `sent_at` handed over, next in run `run`.
-    /// A waiter gone meanwhile releases it, so no hold is left that nobody owns. Not
-    /// `confirmed` (no replica has the hand-off, which a failover could lose), the hold is
-    /// released instead, and the waiter waits on.
-    fn take(self: Box<Self>, sent_at: Instant, run: Run, confirmed: bool);
+    /// Gives the waiter the hold a script sent at `sent_at` handed over, next in run `run`,
+    /// with the fencing `token` the script issued it (a fenced lock's). A waiter gone
+    /// meanwhile releases it, so no hold is left that nobody owns. Not `confirmed` (no replica
+    /// has the hand-off, which a failover could lose), the hold is released instead, and the
+    /// waiter waits on.
+    fn take(self: Box<Self>, sent_at: Instant, run: Run, confirmed: bool, token: Option<u64>);
 }
 
-/// The waiters of one lock that may take a hold handed over, with their ids, in the order
-/// they began to wait (ids grow).
-type Line = VecDeque<(u64, Box<dyn Heir>)>;
+/// Which waiters a release may hand its lock to: those of the same lock key and kind.
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub(crate) struct Line {
+    kind: &'static str,
+    key: Str,
+}
 
-/// The waiters of this client that may take a hold handed over, by lock key.
+impl Line {
+    pub(crate) fn new(kind: &'static str, key: &Str) -> Line {
+        Line {
+            kind,
+            key: key.clone(),
+        }
+    }
+}
+
+/// The waiters of one line, with their ids, in the order they began to wait (ids grow).
+type Heirs = VecDeque<(u64, Box<dyn Heir>)>;
+
+/// The waiters of this client that may take a hold handed over, by line.
 #[derive(Default)]
 pub(crate) struct HandOffs {
-    lines: Mutex<HashMap<Str, Line>>,
+    lines: Mutex<HashMap<Line, Heirs>>,
     /// How many waiters the lines hold: while none, a release or a `lock()` looks no further
     /// (no lock taken, nothing hashed).
     in_line: AtomicUsize,
@@ -155,24 +172,24 @@ pub(crate) struct HandOffs {
 }
 
 impl HandOffs {
-    /// Puts `heir` at the back of the line of `key`; the id takes it out again.
-    pub(crate) fn join(&self, key: &Str, heir: Box<dyn Heir>) -> u64 {
+    /// Puts `heir` at the back of `line`; the id takes it out again.
+    pub(crate) fn join(&self, line: &Line, heir: Box<dyn Heir>) -> u64 {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let mut lines = self.lines.lock();
-        lines.entry(key.clone()).or_default().push_back((id, heir));
+        lines.entry(line.clone()).or_default().push_back((id, heir));
         self.in_line.fetch_add(1, Ordering::Relaxed);
         id
     }
 
-    /// Takes the waiter `id` out of the line of `key` (a no-op once a release took it).
-    pub(crate) fn leave(&self, key: &str, id: u64) {
+    /// Takes the waiter `id` out of `line` (a no-op once a release took it).
+    pub(crate) fn leave(&self, line: &Line, id: u64) {
         let mut lines = self.lines.lock();
-        if let Some(line) = lines.get_mut(key) {
-            if let Ok(at) = line.binary_search_by_key(&id, |(id, _)| *id) {
-                let heir = line.remove(at);
+        if let Some(heirs) = lines.get_mut(line) {
+            if let Ok(at) = heirs.binary_search_by_key(&id, |(id, _)| *id) {
+                let heir = heirs.remove(at);
                 self.in_line.fetch_sub(1, Ordering::Relaxed);
-                if line.is_empty() {
-                    lines.remove(key);
+                if heirs.is_empty() {
+                    lines.remove(line);
                 }
                 // Dropped outside the lock: it may wake its waiter.
                 drop(lines);
@@ -181,31 +198,31 @@ impl HandOffs {
         }
     }
 
-    /// The first waiter of the line of `key` that a release may claim (see
-    /// [`Heir::claim`]), taken out of the line.
-    pub(crate) fn first(&self, key: &str) -> Option<(u64, Box<dyn Heir>)> {
+    /// The first waiter of `line` that a release may claim (see [`Heir::claim`]), taken
+    /// out of the line.
+    pub(crate) fn first(&self, line: &Line) -> Option<(u64, Box<dyn Heir>)> {
         let mut lines = self.lines.lock();
-        let line = lines.get_mut(key)?;
-        let at = line.iter().position(|(_, heir)| heir.claim())?;
-        let first = line.remove(at);
+        let heirs = lines.get_mut(line)?;
+        let at = heirs.iter().position(|(_, heir)| heir.claim())?;
+        let first = heirs.remove(at);
         self.in_line.fetch_sub(1, Ordering::Relaxed);
-        if line.is_empty() {
-            lines.remove(key);
+        if heirs.is_empty() {
+            lines.remove(line);
         }
         first
     }
 
     /// Puts back a waiter [`first`](HandOffs::first) took, in its place, when the release
     /// handed nothing over.
-    pub(crate) fn put_back(&self, key: &Str, id: u64, heir: Box<dyn Heir>) {
+    pub(crate) fn put_back(&self, line: &Line, id: u64, heir: Box<dyn Heir>) {
         heir.unclaim();
         if heir.is_gone() {
             return;
         }
         let mut lines = self.lines.lock();
-        let line = lines.entry(key.clone()).or_default();
-        let at = line.partition_point(|(other, _)| *other < id);
-        line.insert(at, (id, heir));
+        let heirs = lines.entry(line.clone()).or_default();
+        let at = heirs.partition_point(|(other, _)| *other < id);
+        heirs.insert(at, (id, heir));
         self.in_line.fetch_add(1, Ordering::Relaxed);
     }
 
@@ -214,8 +231,9 @@ impl HandOffs {
         self.in_line.load(Ordering::Relaxed) > 0
     }
 
-    /// Whether any waiter of `key` is in line (one may have stopped waiting since).
-    pub(crate) fn has_line(&self, key: &str) -> bool {
-        self.has_waiters() && self.lines.lock().contains_key(key)
+    /// Whether any waiter is in `line` (one may have stopped waiting since). Ask
+    /// [`has_waiters`](HandOffs::has_waiters) first, which takes no lock.
+    pub(crate) fn has_line(&self, line: &Line) -> bool {
+        self.lines.lock().contains_key(line)
     }
 }

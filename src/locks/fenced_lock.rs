@@ -15,7 +15,7 @@ use crate::core::wait::Wait;
 use crate::locks::exclusive::ExclusiveLock;
 #[cfg(doc)]
 use crate::locks::lock::Lock;
-use crate::locks::lock::{force_release_call, release_call};
+use crate::locks::lock::{force_release_call, hand_off_call, release_call};
 use crate::topology::script::{Call, FENCED_ACQUIRE};
 
 /// A reentrant distributed lock whose every acquisition comes with a fencing token: a
@@ -101,7 +101,8 @@ use crate::topology::script::{Call, FENCED_ACQUIRE};
 ///
 /// # Tokens
 /// The counter is `redisson_lock_token:{name}` (with the name prefix applied), a plain
-/// integer key. It is incremented by every successful acquisition, re-entries included (so
+/// integer key. It is incremented by every successful acquisition (and by every hand-off to
+/// a task of the same client, see [`HandOff`](crate::HandOff)), re-entries included (so
 /// a re-entered owner's earlier tokens are then lower than its newest), never expires and
 /// is never reset or deleted, neither by an unlock nor by a force-unlock, as in Redisson:
 /// each fenced lock name leaves one small key behind for good. Tokens keep growing across a
@@ -178,6 +179,15 @@ impl Protocol for Fenced {
 
     fn force_release(&self, lock: &Target) -> Call {
         force_release_call(lock, true)
+    }
+
+    /// The heir gets a new token, as its own acquisition would have.
+    fn hands_off(&self) -> bool {
+        true
+    }
+
+    fn hand_off(&self, lock: &Target, holder: (&LockOwner, i64), heir: (&LockOwner, i64)) -> Call {
+        hand_off_call(lock, holder, heir, Some(lock.keys.fence_token()))
     }
 }
 

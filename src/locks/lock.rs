@@ -8,7 +8,7 @@ use crate::base::owner::LockOwner;
 #[cfg(doc)]
 use crate::core::guard::LockGuard;
 use crate::core::kind::{sealed, Kind, Plain};
-use crate::core::protocol::{HandOffCall, Protocol, Target};
+use crate::core::protocol::{Protocol, Target};
 use crate::core::wait::Wait;
 use crate::locks::exclusive::ExclusiveLock;
 use crate::topology::script::{
@@ -80,20 +80,25 @@ impl Protocol for Reentrant {
         force_release_call(lock, true)
     }
 
-    fn hand_off(&self) -> Option<HandOffCall> {
-        Some(hand_off_call)
+    fn hands_off(&self) -> bool {
+        true
+    }
+
+    fn hand_off(&self, lock: &Target, holder: (&LockOwner, i64), heir: (&LockOwner, i64)) -> Call {
+        hand_off_call(lock, holder, heir, None)
     }
 }
 
-/// `lua/lock_hand_off.lua`: the release that gives the lock to `heir` of the same client.
-fn hand_off_call(
+/// `lua/lock_hand_off.lua`: the release of one hold of `owner` (a partial one resets the TTL
+/// to `lease_ms`) that gives the lock to `heir` of the same client, with a lease of
+/// `heir_lease_ms`, when it would free it; a fenced lock's passes its token `counter`.
+pub(crate) fn hand_off_call(
     lock: &Target,
-    owner: &LockOwner,
-    lease_ms: i64,
-    heir: &LockOwner,
-    heir_lease_ms: i64,
+    (owner, lease_ms): (&LockOwner, i64),
+    (heir, heir_lease_ms): (&LockOwner, i64),
+    counter: Option<String>,
 ) -> Call {
-    Call::of(
+    let mut call = Call::of(
         &LOCK_HAND_OFF,
         [Value::String(lock.keys.raw.clone())],
         [
@@ -102,7 +107,11 @@ fn hand_off_call(
             heir.field_arg(),
             Value::from(heir_lease_ms),
         ],
-    )
+    );
+    if let Some(counter) = counter {
+        call.push_key(Value::from(counter));
+    }
+    call
 }
 
 /// `lua/lock_force_release.lua` (§3.6); `publish` as for [`release_call`].

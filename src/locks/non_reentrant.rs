@@ -37,7 +37,9 @@ use crate::topology::script::Call;
 ///
 /// The hold is the reentrant lock's (same hash, channel, unlock and renewal), always with a
 /// count of 1, so one unlock frees it. A `NonReentrantLock` and a [`Lock`] of the same name
-/// exclude each other. A cheap handle (no I/O to make one, `Clone`, `Send + Sync`).
+/// exclude each other. A cheap handle (no I/O to make one, `Clone`, `Send + Sync`). It is
+/// handed from task to task of one client as a [`Lock`] is (see
+/// [`HandOff`](crate::HandOff)).
 ///
 /// ```no_run
 /// # async fn demo() -> redisson_lock::Result<()> {
@@ -153,6 +155,18 @@ impl<P: Protocol> Protocol for NoReentry<P> {
 
     fn force_release(&self, lock: &Target) -> Call {
         self.0.force_release(lock)
+    }
+
+    fn hands_off(&self) -> bool {
+        self.0.hands_off()
+    }
+
+    fn hand_off(&self, lock: &Target, holder: (&LockOwner, i64), heir: (&LockOwner, i64)) -> Call {
+        self.0.hand_off(lock, holder, heir)
+    }
+
+    fn held_by(&self, lock: &Target, owner: &LockOwner) -> bool {
+        self.0.held_by(lock, owner)
     }
 
     fn is_locked(&self, lock: &Target) -> BoxFuture<Result<bool>> {

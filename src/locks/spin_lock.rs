@@ -11,7 +11,7 @@ use crate::core::wait::{Wait, WaitStrategy};
 use crate::locks::exclusive::ExclusiveLock;
 #[cfg(doc)]
 use crate::locks::lock::Lock;
-use crate::locks::lock::{acquire_call, force_release_call, release_call};
+use crate::locks::lock::{acquire_call, force_release_call, hand_off_call, release_call};
 use crate::topology::script::Call;
 
 /// A reentrant distributed lock without pub/sub: waiters poll with a back-off, and releases
@@ -31,7 +31,9 @@ use crate::topology::script::Call;
 /// A `SpinLock` is a cheap handle (no I/O to make one, `Clone`, `Send + Sync`); every call
 /// names the [`LockOwner`] it acts for, and the same owner re-enters. Waiting tries again
 /// after each back-off step, never sleeping past the holder's remaining lease; releases
-/// (and force-unlocks, a plain `DEL`) publish nothing.
+/// (and force-unlocks, a plain `DEL`) publish nothing. On a client with
+/// [`HandOff::ON`](crate::HandOff::ON), a release while a task of the same client spins for
+/// the lock gives it to that task in the same script, without waiting for its next step.
 ///
 /// ```no_run
 /// # async fn demo() -> redisson_lock::Result<()> {
@@ -98,5 +100,13 @@ impl Protocol for Spin {
 
     fn force_release(&self, lock: &Target) -> Call {
         force_release_call(lock, false)
+    }
+
+    fn hands_off(&self) -> bool {
+        true
+    }
+
+    fn hand_off(&self, lock: &Target, holder: (&LockOwner, i64), heir: (&LockOwner, i64)) -> Call {
+        hand_off_call(lock, holder, heir, None)
     }
 }

@@ -13,7 +13,7 @@ use super::*;
 
 /// A client of `server` that hands locks over, with a 30 s watchdog (holds outlive the test
 /// unless released), or a 900 ms one when `short_watchdog`.
-async fn handing_client(server: &RedisServer, short_watchdog: bool) -> LockClient {
+pub(super) async fn handing_client(server: &RedisServer, short_watchdog: bool) -> LockClient {
     let watchdog = if short_watchdog {
         Duration::from_millis(900)
     } else {
@@ -26,7 +26,7 @@ async fn handing_client(server: &RedisServer, short_watchdog: bool) -> LockClien
 }
 
 /// The lock hash's fields with their counts, and its PTTL, read in one step.
-async fn layout(client: &LockClient, key: &str) -> (Vec<(String, i64)>, i64) {
+pub(super) async fn layout(client: &LockClient, key: &str) -> (Vec<(String, i64)>, i64) {
     const READ: &str = "return {redis.call('hgetall', KEYS[1]), redis.call('pttl', KEYS[1])}";
     let reply: Value = client
         .redis()

@@ -64,9 +64,7 @@ impl ReadWriteLock {
     pub(crate) fn new(engine: Arc<Engine>, name: &str) -> Result<ReadWriteLock> {
         Ok(ReadWriteLock {
             read: Handle::with_kind_of(engine.clone(), name, |keys| Read(RwNames::of(keys)))?,
-            write: Handle::with_kind_of(engine, name, |keys| Write {
-                channel: keys.rw_channel().into(),
-            })?,
+            write: Handle::with_kind_of(engine, name, Write::of)?,
         })
     }
 
@@ -158,7 +156,9 @@ impl ReadWriteLock {
     /// It is granted at once when the lock is free or `owner` already writes (re-entry: the
     /// lease is added to the remaining TTL). Otherwise it waits for the readers' and
     /// writer's unlock messages (Java clients' included), and in any case for their lease to
-    /// run out. Readers that keep coming can make it wait indefinitely.
+    /// run out. Readers that keep coming can make it wait indefinitely. On a client with
+    /// [`HandOff::ON`](crate::HandOff::ON), a writer of the same client that releases may
+    /// give it the write hold in the same script.
     ///
     /// # Upgrade
     /// When `owner` holds read holds but no write hold this fails at once with

@@ -14,7 +14,7 @@ use crate::base::owner::LockOwner;
 use crate::core::attempt::{Attempt, Reply, Taken};
 use crate::core::protocol::{read_reply, Answer, Protocol, Target};
 use crate::core::wait::Wait;
-use crate::engine::watchdog::Renew;
+use crate::engine::watchdog::{HoldKey, Renew};
 use crate::topology::script::{
     static_arg, Call, READ_ACQUIRE, READ_LOCKED, READ_RELEASE, RW_FORCE_RELEASE, WRITE_ACQUIRE,
     WRITE_RELEASE,
@@ -127,7 +127,20 @@ impl Protocol for Read {
 /// The write side's protocol (§5.4, §5.5), which refuses an upgrade.
 pub(super) struct Write {
     /// `redisson_rwlock:{raw}`, made once per handle.
-    pub(super) channel: Str,
+    channel: Str,
+    /// How an owner's read holds are renewed, which names them among the client's holds.
+    read_renew: Renew,
+}
+
+impl Write {
+    pub(super) fn of(keys: &LockKeys) -> Write {
+        Write {
+            channel: keys.rw_channel().into(),
+            read_renew: Renew::Reader {
+                key_prefix: keys.read_key_prefix().into(),
+            },
+        }
+    }
 }
 
 impl Protocol for Write {
@@ -194,6 +207,34 @@ impl Protocol for Write {
 
     fn force_release(&self, lock: &Target) -> Call {
         force_release_call(lock, &self.channel, READ_UNLOCK_MESSAGE, WRITE_MODE)
+    }
+
+    fn hands_off(&self) -> bool {
+        true
+    }
+
+    /// The write release, given the heir's write field and lease (see
+    /// `lua/write_release.lua`): never on a downgrade, as the owner's read holds stay.
+    fn hand_off(
+        &self,
+        lock: &Target,
+        (owner, lease_ms): (&LockOwner, i64),
+        (heir, heir_lease_ms): (&LockOwner, i64),
+    ) -> Call {
+        let mut call = self.release(lock, owner, lease_ms);
+        call.push_args([Value::String(self.field(heir)), Value::from(heir_lease_ms)]);
+        call
+    }
+
+    /// A write hold, or a read hold (whose upgrade its first attempt refuses at once).
+    fn held_by(&self, lock: &Target, owner: &LockOwner) -> bool {
+        let read = HoldKey {
+            key: lock.keys.raw.clone(),
+            field: owner.field().clone(),
+            renew: self.read_renew.clone(),
+        };
+        let watchdog = lock.engine.watchdog();
+        watchdog.keep_alive(&lock.hold_key(owner)).is_some() || watchdog.keep_alive(&read).is_some()
     }
 
     fn is_locked(&self, lock: &Target) -> BoxFuture<Result<bool>> {
