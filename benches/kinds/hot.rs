@@ -3,7 +3,8 @@
 
 use std::time::Duration;
 
-use redisson_lock::{HandOff, Lock, LockClient};
+use redisson_lock::kind::Kind;
+use redisson_lock::{ExclusiveLock, HandOff, Lock, LockClient, LockOwner, ReadWriteLock};
 use tokio::runtime::Runtime;
 use tokio::time::Instant;
 
@@ -44,20 +45,164 @@ type BoxedWait = std::pin::Pin<Box<dyn std::future::Future<Output = Duration> + 
 
 /// `tasks` tasks of one client, each its own owner, lock and unlock `lock` in a loop for `run`.
 async fn ours_contending(client: &LockClient, lock: &Lock, tasks: usize, run: Duration) -> Waits {
+    cycling(client, tasks, run, exclusive_cycle(lock.clone())).await
+}
+
+/// `tasks` tasks of `client`, each its own owner, each taking and releasing a lock by `cycle`
+/// (which returns its wait) in a loop for `run`.
+async fn cycling<C>(client: &LockClient, tasks: usize, run: Duration, cycle: C) -> Waits
+where
+    C: Fn(LockOwner) -> BoxedWait + Clone + Send + 'static,
+{
     contending(tasks, run, |_| {
-        let (lock, me) = (lock.clone(), client.new_owner());
-        move || -> BoxedWait {
-            let (lock, me) = (lock.clone(), me.clone());
-            Box::pin(async move {
-                let asked = Instant::now();
-                let guard = lock.lock(&me).await.unwrap();
-                let waited = asked.elapsed();
-                guard.unlock().await.unwrap();
-                waited
-            })
-        }
+        let (cycle, me) = (cycle.clone(), client.new_owner());
+        move || cycle(me.clone())
     })
     .await
+}
+
+/// One lock and unlock of an exclusive `lock` by an owner: its wait for the lock.
+fn exclusive_cycle<K: Kind>(lock: ExclusiveLock<K>) -> impl Fn(LockOwner) -> BoxedWait + Clone {
+    move |me| {
+        let lock = lock.clone();
+        Box::pin(async move {
+            let asked = Instant::now();
+            let guard = lock.lock(&me).await.unwrap();
+            let waited = asked.elapsed();
+            guard.unlock().await.unwrap();
+            waited
+        })
+    }
+}
+
+/// One write lock and unlock of `lock` by an owner: its wait for the lock.
+fn write_cycle(lock: ReadWriteLock) -> impl Fn(LockOwner) -> BoxedWait + Clone {
+    move |me| {
+        let lock = lock.clone();
+        Box::pin(async move {
+            let asked = Instant::now();
+            let guard = lock.write(&me).await.unwrap();
+            let waited = asked.elapsed();
+            guard.unlock().await.unwrap();
+            waited
+        })
+    }
+}
+
+/// `hot_two_clients`: two busy clients with hand-offs on, 8 tasks each, on one lock: each
+/// client's share and the longest wait.
+pub fn hot_two_clients(rt: &Runtime, server: &RedisServer, args: &Args) {
+    if !args.runs("hot_two_clients") {
+        return;
+    }
+    let (rounds, run) = if args.full {
+        (3, Duration::from_secs(3))
+    } else {
+        (1, Duration::from_millis(300))
+    };
+    rt.block_on(two_clients(server, rounds, run));
+    print_load("after hot_two_clients");
+}
+
+async fn two_clients(server: &RedisServer, rounds: usize, run: Duration) {
+    for hand_off in [HandOff::ON, HandOff::OFF] {
+        let connect = || {
+            LockClient::builder()
+                .url(&server.url())
+                .hand_off(hand_off)
+                .build()
+        };
+        let (a, b) = (connect().await.unwrap(), connect().await.unwrap());
+        let (mut first, mut second) = (Vec::new(), Vec::new());
+        for _ in 0..rounds {
+            let (x, y) = (
+                a.lock("bench:hot:two").unwrap(),
+                b.lock("bench:hot:two").unwrap(),
+            );
+            let (x, y) = tokio::join!(
+                ours_contending(&a, &x, 8, run),
+                ours_contending(&b, &y, 8, run)
+            );
+            first.push(x);
+            second.push(y);
+        }
+        let both: Vec<Waits> = (first.iter().zip(&second))
+            .map(|(x, y)| x.iter().chain(y).cloned().collect())
+            .collect();
+        let (first, second, both) = (
+            contention(&first, run),
+            contention(&second, run),
+            contention(&both, run),
+        );
+        println!(
+            "hot_two_clients: 2 × 8 tasks, hand-offs {}: {:.0} and {:.0} acquisitions/s; per \
+             task {}..{}; mean wait {:.2} ms; max wait {:.2} ms ({:.1} × the mean)",
+            if hand_off.max_in_row() > 0 {
+                "on"
+            } else {
+                "off"
+            },
+            first.rate,
+            second.rate,
+            both.per_task.0,
+            both.per_task.1,
+            millis(both.mean),
+            millis(both.max),
+            both.max.as_secs_f64() / both.mean.as_secs_f64(),
+        );
+        a.shutdown().await;
+        b.shutdown().await;
+    }
+}
+
+/// The other kinds that hand over, 16 tasks of one client on one lock: hand-offs on (`on`)
+/// against off (`off`), in alternating runs of `run`.
+async fn other_kinds(on: &LockClient, off: &LockClient, rounds: usize, run: Duration) {
+    for kind in [
+        "fenced_lock",
+        "spin_lock",
+        "non_reentrant_lock",
+        "write_lock",
+    ] {
+        let (mut with, mut without) = (Vec::new(), Vec::new());
+        for _ in 0..rounds {
+            for (client, waits) in [(on, &mut with), (off, &mut without)] {
+                let name = format!("bench:hot:{kind}");
+                let run = match kind {
+                    "fenced_lock" => {
+                        let cycle = exclusive_cycle(client.fenced_lock(&name).unwrap());
+                        cycling(client, 16, run, cycle).await
+                    }
+                    "spin_lock" => {
+                        let cycle = exclusive_cycle(client.spin_lock(&name).unwrap());
+                        cycling(client, 16, run, cycle).await
+                    }
+                    "non_reentrant_lock" => {
+                        let cycle = exclusive_cycle(client.non_reentrant_lock(&name).unwrap());
+                        cycling(client, 16, run, cycle).await
+                    }
+                    _ => {
+                        let cycle = write_cycle(client.read_write_lock(&name).unwrap());
+                        cycling(client, 16, run, cycle).await
+                    }
+                };
+                waits.push(run);
+            }
+        }
+        let (with, without) = (contention(&with, run), contention(&without, run));
+        println!(
+            "hot_lock/{kind}: 16 tasks of one client: {:.0} acquisitions/s with hand-offs, {:.0} \
+             without ({:.2} ×); max wait {:.1} × the mean with, {:.1} × without; per task \
+             {}..{} with",
+            with.rate,
+            without.rate,
+            with.rate / without.rate,
+            with.max.as_secs_f64() / with.mean.as_secs_f64(),
+            without.max.as_secs_f64() / without.mean.as_secs_f64(),
+            with.per_task.0,
+            with.per_task.1,
+        );
+    }
 }
 
 /// The same with raw: Redisson's scripts on one bare fred client, polling every millisecond.
@@ -223,6 +368,8 @@ pub fn hot_lock(
         verdict(ours.per_task.0 > 0),
         100.0 * (1.0 - (published as f64 / acquisitions).min(1.0)),
     );
+
+    rt.block_on(other_kinds(a, off, rounds, run));
 
     // A waiter of another client, while the 16 tasks hand the lock around.
     let outsider = b.lock("bench:hot").unwrap();

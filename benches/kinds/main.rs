@@ -23,8 +23,12 @@
 //!   task of the same client releases; the time to its `lock()` returning, in bare EVALSHA
 //!   round trips sampled between. Then 16 tasks of one client lock and unlock one lock in a
 //!   loop, beside raw (Redisson's scripts on a bare fred client, polling every millisecond)
-//!   in alternating runs: acquisitions/s, per task, mean and longest wait. Then a waiter of a
-//!   second client, while the 16 tasks go on: how long until it is served.
+//!   in alternating runs: acquisitions/s, per task, mean and longest wait. Then the same 16
+//!   tasks on the other kinds that hand over (fenced, spin, non-reentrant, write), hand-offs
+//!   on against off. Then a waiter of a second client, while the 16 tasks go on: how long
+//!   until it is served.
+//! - `hot_two_clients` (a measurement): two clients with hand-offs on, 8 tasks each, lock and
+//!   unlock one lock in a loop: each client's acquisitions/s, per task, mean and longest wait.
 //! - `read_throughput` (criterion): read lock + unlock from 64 tasks on one
 //!   `ReadWriteLock` name, one `LockClient`, beside the plain lock's `parallel_64` workload
 //!   (each task its own lock) and the bare scripts from 64 tasks; then each side's client
@@ -61,7 +65,7 @@ use redisson_lock::LockClient;
 use commands::commands_per_acquisition;
 use fair::fair_handoff;
 use herd::fair_herd;
-use hot::hot_lock;
+use hot::{hot_lock, hot_two_clients};
 use multi::multi_lock;
 use read::read_throughput;
 use replica::replica_ack;
@@ -90,6 +94,7 @@ fn main() {
     fair_handoff(&rt, (&a, &b), &bare, &args);
     fair_herd(&rt, &server, &args);
     hot_lock(&rt, &server, (&a, &b), &bare, &args);
+    hot_two_clients(&rt, &server, &args);
     let mut c = Criterion::default().configure_from_args();
     read_throughput(&mut c, &rt, &server, &a, &bare);
     commands_per_acquisition(&rt, &server, (&a, &b), &bare, &args);
