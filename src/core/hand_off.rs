@@ -175,9 +175,9 @@ pub(crate) fn handed(
 /// first attempt: when other tasks of the client wait for the lock (they are handed it in
 /// turn, or woken by its release), and `owner` holds none of it that this client knows of
 /// (a re-entry must not wait behind them, nor should a write lock's upgrade, refused at its
-/// first attempt). Otherwise the stream of first attempts of tasks
-/// that just handed the lock on would take it whenever it is freed, a round trip before any
-/// other client's waiter can, and so starve them. Timed waits still look first.
+/// first attempt). Otherwise the stream of first attempts of tasks that just handed the lock
+/// on would take it whenever it is freed, a round trip before any other client's waiter can,
+/// and so starve them. Timed waits still look first.
 pub(crate) fn queues_at_once(lock: &Target, owner: &LockOwner, wait: Wait) -> bool {
     let hand_offs = lock.engine.hand_offs();
     matches!(wait, Wait::Forever)
