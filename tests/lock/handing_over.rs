@@ -6,8 +6,10 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
 use redisson_lock::fred::interfaces::LuaInterface;
 use redisson_lock::fred::types::Value;
-use redisson_lock::{HandOff, LockClient};
+use redisson_lock::kind::Kind;
+use redisson_lock::{ExclusiveLock, HandOff, LockClient};
 use support::proxy::{FaultProxy, Net};
+use tokio::task::JoinHandle;
 
 use super::*;
 
@@ -48,6 +50,78 @@ pub(super) async fn layout(client: &LockClient, key: &str) -> (Vec<(String, i64)
         })
         .collect();
     (fields, pttl)
+}
+
+/// Tasks of one client, each its own owner, taking one lock and releasing it in a loop until
+/// stopped. A task that takes the lock while another holds it fails the test.
+pub(super) struct Contenders {
+    stop: Arc<AtomicBool>,
+    inside: Arc<AtomicU32>,
+    holds: Arc<AtomicU64>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl Contenders {
+    /// `tasks` tasks of `client` on `lock`; `on_hold` sees every hold while it is held.
+    pub(super) fn start<K: Kind>(
+        client: &LockClient,
+        lock: &ExclusiveLock<K>,
+        tasks: usize,
+        on_hold: impl Fn(&LockGuard<K::Hold>) + Clone + Send + 'static,
+    ) -> Contenders {
+        let (stop, inside, holds) = (
+            Arc::new(AtomicBool::new(false)),
+            Arc::new(AtomicU32::new(0)),
+            Arc::new(AtomicU64::new(0)),
+        );
+        let tasks = (0..tasks)
+            .map(|_| {
+                let (lock, me, on_hold) = (lock.clone(), client.new_owner(), on_hold.clone());
+                let (stop, inside, holds) = (stop.clone(), inside.clone(), holds.clone());
+                tokio::spawn(async move {
+                    while !stop.load(Ordering::Relaxed) {
+                        let guard = lock.lock(&me).await.unwrap();
+                        assert_eq!(inside.fetch_add(1, Ordering::SeqCst), 0, "two holders");
+                        on_hold(&guard);
+                        inside.fetch_sub(1, Ordering::SeqCst);
+                        holds.fetch_add(1, Ordering::Relaxed);
+                        guard.unlock().await.unwrap();
+                    }
+                })
+            })
+            .collect();
+        Contenders {
+            stop,
+            inside,
+            holds,
+            tasks,
+        }
+    }
+
+    /// How many holds the tasks took and released so far.
+    pub(super) fn holds(&self) -> u64 {
+        self.holds.load(Ordering::Relaxed)
+    }
+
+    /// Returns once the tasks took at least `holds` holds.
+    pub(super) async fn reached(&self, holds: u64) {
+        eventually(20 * SECOND, "the contending tasks' holds", || {
+            self.holds() >= holds
+        })
+        .await;
+    }
+
+    /// Whether one of the tasks holds the lock now.
+    pub(super) fn holding(&self) -> bool {
+        self.inside.load(Ordering::SeqCst) > 0
+    }
+
+    /// Stops the tasks and waits for them: the holds they took in all.
+    pub(super) async fn stop(self) -> u64 {
+        self.stop.store(true, Ordering::Relaxed);
+        all_finish(20 * SECOND, "the contending tasks", self.tasks).await;
+        self.holds.load(Ordering::Relaxed)
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -198,33 +272,10 @@ async fn a_waiter_of_another_client_gets_a_lock_sixteen_local_tasks_hand_around(
         handing_client(&server, false).await,
         long_watchdog_client(&server).await,
     );
-    let (stop, inside, acquired) = (
-        Arc::new(AtomicBool::new(false)),
-        Arc::new(AtomicU32::new(0)),
-        Arc::new(AtomicU64::new(0)),
-    );
-    let mut tasks = Vec::new();
-    for _ in 0..16 {
-        let (lock, me) = (busy.lock("hot").unwrap(), busy.new_owner());
-        let (stop, inside, acquired) = (stop.clone(), inside.clone(), acquired.clone());
-        tasks.push(tokio::spawn(async move {
-            while !stop.load(Ordering::Relaxed) {
-                let guard = lock.lock(&me).await.unwrap();
-                assert_eq!(inside.fetch_add(1, Ordering::SeqCst), 0, "two holders");
-                inside.fetch_sub(1, Ordering::SeqCst);
-                acquired.fetch_add(1, Ordering::Relaxed);
-                guard.unlock().await.unwrap();
-            }
-        }));
-    }
-    eventually(20 * SECOND, "the tasks running", || {
-        acquired.load(Ordering::Relaxed) >= 200
-    })
-    .await;
-    let (published, counted) = (
-        command_calls(&server, "publish"),
-        acquired.load(Ordering::Relaxed),
-    );
+    let hot = busy.lock("hot").unwrap();
+    let contenders = Contenders::start(&busy, &hot, 16, |_| {});
+    contenders.reached(200).await;
+    let (published, counted) = (command_calls(&server, "publish"), contenders.holds());
 
     for _ in 0..300 {
         let (fields, pttl) = layout(&other, "hot").await;
@@ -243,19 +294,13 @@ async fn a_waiter_of_another_client_gets_a_lock_sixteen_local_tasks_hand_around(
     let served = async {
         for _ in 0..5 {
             let guard = other.lock("hot").unwrap().lock(&other.new_owner()).await;
-            assert_eq!(
-                inside.load(Ordering::SeqCst),
-                0,
-                "held by the outsider alone"
-            );
+            assert!(!contenders.holding(), "held by the outsider alone");
             guard.unwrap().unlock().await.unwrap();
         }
     };
     within(5 * SECOND, "the other client's waiters", served).await;
 
-    stop.store(true, Ordering::Relaxed);
-    all_finish(20 * SECOND, "the busy tasks", tasks).await;
-    let handed = acquired.load(Ordering::Relaxed) - counted;
+    let handed = contenders.stop().await - counted;
     let messages = command_calls(&server, "publish") - published;
     assert!(
         messages * 2 < handed,

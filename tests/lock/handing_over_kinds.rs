@@ -4,11 +4,13 @@
 //! own kind.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
 
-use redisson_lock::{Backoff, FencedLock, SpinLock};
+use redisson_lock::kind::HoldKind;
+use redisson_lock::{Backoff, SpinLock};
 
-use super::handing_over::{handing_client, layout};
+use super::handing_over::{handing_client, layout, Contenders};
 use super::*;
 
 /// The server's counts of unlock messages and scripts, to tell a hand-off (one script, no
@@ -42,6 +44,23 @@ fn hash(server: &RedisServer, key: &str) -> BTreeMap<String, String> {
     pairs.collect()
 }
 
+/// Starts `waiter` on a task of its own and, once it waits on `channel`, releases `held`:
+/// the waiter's guard, and the server's counts from just before the release.
+async fn released_to_waiter<H: HoldKind, T: HoldKind>(
+    server: &RedisServer,
+    channel: &str,
+    held: LockGuard<H>,
+    waiter: impl Future<Output = redisson_lock::Result<LockGuard<T>>> + Send + 'static,
+) -> (LockGuard<T>, Counts) {
+    let before = evalsha_calls(server);
+    let waiter = tokio::spawn(waiter);
+    waiting(server, channel, before + 2).await;
+    let counts = Counts::now(server);
+    held.unlock().await.unwrap();
+    let guard = within(10 * SECOND, "the waiter", waiter).await.unwrap();
+    (guard.unwrap(), counts)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fenced_lock_handed_over_gives_the_heir_the_next_token() {
     let server = RedisServer::start();
@@ -50,16 +69,9 @@ async fn a_fenced_lock_handed_over_gives_the_heir_the_next_token() {
     let (holder, heir) = (client.new_owner(), client.new_owner());
     let held = lock.lock(&holder).await.unwrap();
     let held_token = held.token();
-    let before = evalsha_calls(&server);
-    let waiter = tokio::spawn(lock.lock(&heir));
-    waiting(&server, &lock_channel("fenced-heir"), before + 2).await;
-
-    let counts = Counts::now(&server);
-    held.unlock().await.unwrap();
-    let guard = within(10 * SECOND, "the heir", waiter)
-        .await
-        .unwrap()
-        .unwrap();
+    let waiter = lock.lock(&heir);
+    let (guard, counts) =
+        released_to_waiter(&server, &lock_channel("fenced-heir"), held, waiter).await;
     counts.one_script_no_message(&server);
     // As if the heir had acquired it: the counter moved on by one, and the token is its.
     assert_eq!(guard.token(), held_token + 1);
@@ -78,45 +90,24 @@ async fn a_fenced_lock_handed_over_gives_the_heir_the_next_token() {
 async fn fenced_tokens_grow_with_every_hold_while_tasks_hand_the_lock_around() {
     let server = RedisServer::start();
     let client = handing_client(&server, false).await;
-    let (inside, last, holds) = (
-        Arc::new(AtomicU32::new(0)),
-        Arc::new(AtomicU64::new(0)),
-        Arc::new(AtomicU64::new(0)),
-    );
+    let lock = client.fenced_lock("fenced-hot").unwrap();
     let published = command_calls(&server, "publish");
-    let mut tasks = Vec::new();
-    for _ in 0..8 {
-        let (lock, me) = (
-            client.fenced_lock("fenced-hot").unwrap(),
-            client.new_owner(),
+    let last = Arc::new(AtomicU64::new(0));
+    let contenders = Contenders::start(&client, &lock, 8, move |guard| {
+        let before = last.swap(guard.token(), Ordering::SeqCst);
+        assert!(
+            guard.token() > before,
+            "token {} after {before}",
+            guard.token()
         );
-        let (inside, last, holds) = (inside.clone(), last.clone(), holds.clone());
-        tasks.push(tokio::spawn(async move {
-            for _ in 0..40 {
-                let guard = lock.lock(&me).await.unwrap();
-                assert_eq!(inside.fetch_add(1, Ordering::SeqCst), 0, "two holders");
-                let before = last.swap(guard.token(), Ordering::SeqCst);
-                assert!(
-                    guard.token() > before,
-                    "token {} after {before}",
-                    guard.token()
-                );
-                inside.fetch_sub(1, Ordering::SeqCst);
-                holds.fetch_add(1, Ordering::Relaxed);
-                guard.unlock().await.unwrap();
-            }
-        }));
-    }
-    all_finish(60 * SECOND, "the tasks", tasks).await;
-    let lock: FencedLock = client.fenced_lock("fenced-hot").unwrap();
-    assert_eq!(
-        lock.latest_token().await.unwrap(),
-        holds.load(Ordering::Relaxed)
-    );
+    });
+    contenders.reached(320).await;
+    let holds = contenders.stop().await;
+    assert_eq!(lock.latest_token().await.unwrap(), holds);
     let messages = command_calls(&server, "publish") - published;
     assert!(
-        messages * 2 < 320,
-        "most holds were handed over: {messages} unlock messages for 320 holds"
+        messages * 2 < holds,
+        "most holds were handed over: {messages} unlock messages for {holds} holds"
     );
 }
 
@@ -127,42 +118,17 @@ async fn fenced_tokens_grow_with_every_hold_while_tasks_hand_the_lock_around() {
 async fn spinning_tasks_are_handed_a_spin_lock_without_spinning_for_it() {
     let server = RedisServer::start();
     let client = handing_client(&server, false).await;
-    let (stop, inside, holds) = (
-        Arc::new(AtomicBool::new(false)),
-        Arc::new(AtomicU32::new(0)),
-        Arc::new(AtomicU64::new(0)),
-    );
-    let mut tasks = Vec::new();
-    for _ in 0..8 {
-        let lock: SpinLock = (client.spin_lock("spun").unwrap())
-            .with_backoff(Backoff::constant(Duration::from_millis(20)));
-        let me = client.new_owner();
-        let (stop, inside, holds) = (stop.clone(), inside.clone(), holds.clone());
-        tasks.push(tokio::spawn(async move {
-            while !stop.load(Ordering::Relaxed) {
-                let guard = lock.lock(&me).await.unwrap();
-                assert_eq!(inside.fetch_add(1, Ordering::SeqCst), 0, "two holders");
-                inside.fetch_sub(1, Ordering::SeqCst);
-                holds.fetch_add(1, Ordering::Relaxed);
-                guard.unlock().await.unwrap();
-            }
-        }));
-    }
-    eventually(20 * SECOND, "the tasks running", || {
-        holds.load(Ordering::Relaxed) >= 100
-    })
-    .await;
-    let (scripts, counted) = (evalsha_calls(&server), holds.load(Ordering::Relaxed));
-    eventually(20 * SECOND, "more holds", || {
-        holds.load(Ordering::Relaxed) >= counted + 300
-    })
-    .await;
+    let lock: SpinLock = (client.spin_lock("spun").unwrap())
+        .with_backoff(Backoff::constant(Duration::from_millis(20)));
+    let contenders = Contenders::start(&client, &lock, 8, |_| {});
+    contenders.reached(100).await;
+    let (scripts, counted) = (evalsha_calls(&server), contenders.holds());
+    contenders.reached(counted + 300).await;
     let (scripts, held) = (
         evalsha_calls(&server) - scripts,
-        holds.load(Ordering::Relaxed) - counted,
+        contenders.holds() - counted,
     );
-    stop.store(true, Ordering::Relaxed);
-    all_finish(20 * SECOND, "the tasks", tasks).await;
+    contenders.stop().await;
     // Without hand-offs every hold takes two scripts (its acquisition and its release), plus
     // the attempts that found the lock busy.
     assert!(
@@ -180,16 +146,9 @@ async fn a_non_reentrant_lock_handed_over_is_held_once_and_still_refuses_a_re_en
     let lock = client.non_reentrant_lock("once-heir").unwrap();
     let (holder, heir) = (client.new_owner(), client.new_owner());
     let held = lock.lock(&holder).await.unwrap();
-    let before = evalsha_calls(&server);
-    let waiter = tokio::spawn(lock.lock(&heir));
-    waiting(&server, &lock_channel("once-heir"), before + 2).await;
-
-    let counts = Counts::now(&server);
-    held.unlock().await.unwrap();
-    let guard = within(10 * SECOND, "the heir", waiter)
-        .await
-        .unwrap()
-        .unwrap();
+    let waiter = lock.lock(&heir);
+    let (guard, counts) =
+        released_to_waiter(&server, &lock_channel("once-heir"), held, waiter).await;
     counts.one_script_no_message(&server);
     assert_eq!(
         layout(&client, "once-heir").await.0,
@@ -212,16 +171,9 @@ async fn a_write_lock_handed_over_keeps_the_read_write_layout() {
     let heir_lock = lock.clone().with_lease(fixed(20_000));
     let (holder, heir) = (client.new_owner(), client.new_owner());
     let held = lock.write(&holder).await.unwrap();
-    let before = evalsha_calls(&server);
-    let waiter = tokio::spawn(heir_lock.write(&heir));
-    waiting(&server, "redisson_rwlock:{written}", before + 2).await;
-
-    let counts = Counts::now(&server);
-    held.unlock().await.unwrap();
-    let guard = within(10 * SECOND, "the heir", waiter)
-        .await
-        .unwrap()
-        .unwrap();
+    let waiter = heir_lock.write(&heir);
+    let (guard, counts) =
+        released_to_waiter(&server, "redisson_rwlock:{written}", held, waiter).await;
     counts.one_script_no_message(&server);
     // What Java reads: write mode, the heir's write field held once, the heir's lease.
     let expected = [("mode", "write"), (&*format!("{heir}:write"), "1")];
@@ -279,17 +231,14 @@ async fn a_lock_is_never_handed_to_a_waiter_of_another_kind() {
         client.fenced_lock("mixed").unwrap(),
     );
     let held = plain.lock(&client.new_owner()).await.unwrap();
-    let before = evalsha_calls(&server);
-    let waiter = tokio::spawn(fenced.lock(&client.new_owner()));
-    waiting(&server, &lock_channel("mixed"), before + 2).await;
-
+    let waiter = fenced.lock(&client.new_owner());
+    let (guard, counts) = released_to_waiter(&server, &lock_channel("mixed"), held, waiter).await;
     let published = command_calls(&server, "publish");
-    held.unlock().await.unwrap();
-    let guard = within(10 * SECOND, "the fenced waiter", waiter)
-        .await
-        .unwrap()
-        .unwrap();
-    assert_eq!(command_calls(&server, "publish"), published + 1, "freed");
+    assert_eq!(
+        published,
+        counts.published + 1,
+        "freed, and the waiters told"
+    );
     assert_eq!(guard.token(), 1, "its own acquisition took the first token");
     assert_eq!(fenced.latest_token().await.unwrap(), 1);
     guard.unlock().await.unwrap();
