@@ -1,10 +1,12 @@
 //! `hot_lock`: one lock that the tasks of one client queue on, where a release hands the lock
 //! to the next task in the same script (the builder's `hand_off`).
 
+use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
-use redisson_lock::kind::Kind;
-use redisson_lock::{ExclusiveLock, HandOff, Lock, LockClient, LockOwner, ReadWriteLock};
+use redisson_lock::kind::HoldKind;
+use redisson_lock::{HandOff, Lock, LockClient, LockGuard, LockOwner};
 use tokio::runtime::Runtime;
 use tokio::time::Instant;
 
@@ -45,48 +47,46 @@ type BoxedWait = std::pin::Pin<Box<dyn std::future::Future<Output = Duration> + 
 
 /// `tasks` tasks of one client, each its own owner, lock and unlock `lock` in a loop for `run`.
 async fn ours_contending(client: &LockClient, lock: &Lock, tasks: usize, run: Duration) -> Waits {
-    cycling(client, tasks, run, exclusive_cycle(lock.clone())).await
+    cycling(
+        client,
+        tasks,
+        run,
+        cycle(lock.clone(), |lock, me| lock.lock(me)),
+    )
+    .await
+}
+
+/// One acquisition and release of a lock by an owner: its wait for the lock.
+type Cycle = Arc<dyn Fn(LockOwner) -> BoxedWait + Send + Sync>;
+
+/// The [`Cycle`] that takes `lock` by `take` and releases the guard it gives.
+fn cycle<L, H, F, Fut>(lock: L, take: F) -> Cycle
+where
+    L: Clone + Send + Sync + 'static,
+    H: HoldKind,
+    F: Fn(&L, &LockOwner) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = redisson_lock::Result<LockGuard<H>>> + Send + 'static,
+{
+    Arc::new(move |me| {
+        let asked = Instant::now();
+        let taken = take(&lock, &me);
+        Box::pin(async move {
+            let guard = taken.await.unwrap();
+            let waited = asked.elapsed();
+            guard.unlock().await.unwrap();
+            waited
+        })
+    })
 }
 
 /// `tasks` tasks of `client`, each its own owner, each taking and releasing a lock by `cycle`
-/// (which returns its wait) in a loop for `run`.
-async fn cycling<C>(client: &LockClient, tasks: usize, run: Duration, cycle: C) -> Waits
-where
-    C: Fn(LockOwner) -> BoxedWait + Clone + Send + 'static,
-{
+/// in a loop for `run`.
+async fn cycling(client: &LockClient, tasks: usize, run: Duration, cycle: Cycle) -> Waits {
     contending(tasks, run, |_| {
         let (cycle, me) = (cycle.clone(), client.new_owner());
         move || cycle(me.clone())
     })
     .await
-}
-
-/// One lock and unlock of an exclusive `lock` by an owner: its wait for the lock.
-fn exclusive_cycle<K: Kind>(lock: ExclusiveLock<K>) -> impl Fn(LockOwner) -> BoxedWait + Clone {
-    move |me| {
-        let lock = lock.clone();
-        Box::pin(async move {
-            let asked = Instant::now();
-            let guard = lock.lock(&me).await.unwrap();
-            let waited = asked.elapsed();
-            guard.unlock().await.unwrap();
-            waited
-        })
-    }
-}
-
-/// One write lock and unlock of `lock` by an owner: its wait for the lock.
-fn write_cycle(lock: ReadWriteLock) -> impl Fn(LockOwner) -> BoxedWait + Clone {
-    move |me| {
-        let lock = lock.clone();
-        Box::pin(async move {
-            let asked = Instant::now();
-            let guard = lock.write(&me).await.unwrap();
-            let waited = asked.elapsed();
-            guard.unlock().await.unwrap();
-            waited
-        })
-    }
 }
 
 /// `hot_two_clients`: two busy clients with hand-offs on, 8 tasks each, on one lock: each
@@ -137,11 +137,7 @@ async fn two_clients(server: &RedisServer, rounds: usize, run: Duration) {
         println!(
             "hot_two_clients: 2 × 8 tasks, hand-offs {}: {:.0} and {:.0} acquisitions/s; per \
              task {}..{}; mean wait {:.2} ms; max wait {:.2} ms ({:.1} × the mean)",
-            if hand_off.max_in_row() > 0 {
-                "on"
-            } else {
-                "off"
-            },
+            if hand_off == HandOff::ON { "on" } else { "off" },
             first.rate,
             second.rate,
             both.per_task.0,
@@ -168,24 +164,17 @@ async fn other_kinds(on: &LockClient, off: &LockClient, rounds: usize, run: Dura
         for _ in 0..rounds {
             for (client, waits) in [(on, &mut with), (off, &mut without)] {
                 let name = format!("bench:hot:{kind}");
-                let run = match kind {
-                    "fenced_lock" => {
-                        let cycle = exclusive_cycle(client.fenced_lock(&name).unwrap());
-                        cycling(client, 16, run, cycle).await
-                    }
-                    "spin_lock" => {
-                        let cycle = exclusive_cycle(client.spin_lock(&name).unwrap());
-                        cycling(client, 16, run, cycle).await
-                    }
+                let cycle = match kind {
+                    "fenced_lock" => cycle(client.fenced_lock(&name).unwrap(), |l, me| l.lock(me)),
+                    "spin_lock" => cycle(client.spin_lock(&name).unwrap(), |l, me| l.lock(me)),
                     "non_reentrant_lock" => {
-                        let cycle = exclusive_cycle(client.non_reentrant_lock(&name).unwrap());
-                        cycling(client, 16, run, cycle).await
+                        cycle(client.non_reentrant_lock(&name).unwrap(), |l, me| {
+                            l.lock(me)
+                        })
                     }
-                    _ => {
-                        let cycle = write_cycle(client.read_write_lock(&name).unwrap());
-                        cycling(client, 16, run, cycle).await
-                    }
+                    _ => cycle(client.read_write_lock(&name).unwrap(), |l, me| l.write(me)),
                 };
+                let run = cycling(client, 16, run, cycle).await;
                 waits.push(run);
             }
         }
