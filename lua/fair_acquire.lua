@@ -92,15 +92,7 @@ if redis.call('exists', key) == 0 then
         if queued then
             local ahead = redis.call('zscore', deadlines, owner)
             first_write(needs, 'lpop', queue)
-            redis.call('zrem', deadlines, owner)
-            -- The deadlines are chained (each one is the previous one plus that waiter's
-            -- wait): the owner's link is gone, so every remaining deadline moves up by its
-            -- wait, or less (see move_up_by).
-            local movers = redis.call('zrange', deadlines, 0, -1)
-            local move = move_up_by(deadlines, movers, ahead, wait)
-            for _, waiter in ipairs(movers) do
-                redis.call('zincrby', deadlines, -move, waiter)
-            end
+            close_gap(deadlines, owner, ahead, wait)
             redis.call('hset', key, owner, 1)
         else
             first_write(needs, 'hset', key, owner, 1)

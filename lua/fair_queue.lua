@@ -63,3 +63,16 @@ local function move_up_by(deadlines, movers, ahead, wait)
     end
     return math.max(move, 0)
 end
+
+-- Takes `owner`, whose deadline was `ahead`, out of the deadlines once it has left the head of
+-- the line. The deadlines are chained (each one is the previous one plus that waiter's wait):
+-- the owner's link is gone, so every remaining deadline moves up by its `wait`, or less (see
+-- move_up_by).
+local function close_gap(deadlines, owner, ahead, wait)
+    redis.call('zrem', deadlines, owner)
+    local movers = redis.call('zrange', deadlines, 0, -1)
+    local move = move_up_by(deadlines, movers, ahead, wait)
+    for _, waiter in ipairs(movers) do
+        redis.call('zincrby', deadlines, -move, waiter)
+    end
+end

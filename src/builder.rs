@@ -253,9 +253,13 @@ impl LockClientBuilder {
     ///
     /// The kinds that hand over: [`Lock`](crate::Lock), [`SpinLock`](crate::SpinLock),
     /// [`NonReentrantLock`](crate::NonReentrantLock), [`FencedLock`](crate::FencedLock) (the
-    /// heir gets the next token, as its own acquisition would) and the write side of
+    /// heir gets the next token, as its own acquisition would), the write side of
     /// [`ReadWriteLock`](crate::ReadWriteLock) (not when the writer keeps read holds, which
-    /// exclude other writers). The fair locks serve their queue, and readers share.
+    /// exclude other writers), and [`FairLock`](crate::FairLock) and
+    /// [`NonReentrantFairLock`](crate::NonReentrantFairLock) only to a task that is first in
+    /// the lock's queue (which other clients' waiters are in too, so the queue's order holds
+    /// and [`HandOff`]'s bound on runs does not apply to them). Readers share, and never wait
+    /// for each other.
     ///
     /// Waiters of this client are given the lock in the order they began to wait, and a new
     /// `lock()` call waits behind them. Off by default; [`HandOff`] says when to turn it on.

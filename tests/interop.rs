@@ -350,6 +350,80 @@ async fn the_unlock_latch_replays_a_hand_off_and_the_token_it_issued() {
 }
 
 #[tokio::test]
+async fn a_fair_release_hands_over_only_to_the_first_in_line_and_replays_from_its_latch() {
+    let server = RedisServer::start();
+    let release = &lua("fair_release");
+    let (queue, deadlines) = ("redisson_lock_queue:{f}", "redisson_lock_timeout:{f}");
+    let latch = "redisson_unlock_latch:{f}:l1";
+    let run = |request: &str| {
+        let keys = [
+            "f",
+            queue,
+            deadlines,
+            "redisson_lock__channel:{f}",
+            "redisson_lock_took:{f}:me:1",
+            "redisson_lock_took:{f}:heir:1",
+            latch,
+        ];
+        let now = now_ms().to_string();
+        let heir = ["heir:1", "20000", "300000", "w7"];
+        let args = [
+            &["0", "30000", "me:1", &now, "PUBLISH"][..],
+            &heir,
+            &["10000", request],
+        ];
+        server.command(&[&["EVAL", release.as_str(), "7"][..], &keys, &args.concat()].concat())
+    };
+    let later = |ms: i64| (now_ms() + ms).to_string();
+    server.command(&["HSET", "f", "me:1", "1"]);
+    server.command(&["RPUSH", queue, "java:1", "heir:1", "last:1"]);
+    server.command(&["ZADD", deadlines, &later(60_000), "java:1"]);
+    server.command(&["ZADD", deadlines, &later(360_000), "heir:1"]);
+    server.command(&["ZADD", deadlines, &later(660_000), "last:1"]);
+    assert_eq!(
+        run("1"),
+        "1",
+        "another waiter is first: freed, not handed over"
+    );
+    assert_eq!(server.command(&["EXISTS", "f"]), "0");
+
+    // The heir first in line: it holds once, out of the queue, the deadline behind it
+    // moved up by the heir's wait, its trace naming its wait.
+    server.command(&["LPOP", queue]);
+    server.command(&["ZREM", deadlines, "java:1"]);
+    let last = server
+        .command(&["ZSCORE", deadlines, "last:1"])
+        .parse::<f64>()
+        .unwrap();
+    server.command(&["HSET", "f", "me:1", "1"]);
+    server.command(&["SET", "redisson_lock_took:{f}:me:1", "w1"]);
+    assert_eq!(run("2"), "2");
+    assert_eq!(server.command(&["HGETALL", "f"]), "heir:1\n1");
+    let ttl = pttl(&server, "f");
+    assert!(ttl > 15_000 && ttl <= 20_000, "{ttl}");
+    assert_eq!(server.command(&["LRANGE", queue, "0", "-1"]), "last:1");
+    let moved = server
+        .command(&["ZSCORE", deadlines, "last:1"])
+        .parse::<f64>()
+        .unwrap();
+    assert_eq!(last - moved, 300_000.0);
+    assert_eq!(
+        server.command(&["GET", "redisson_lock_took:{f}:heir:1"]),
+        "w7"
+    );
+    assert_eq!(
+        server.command(&["EXISTS", "redisson_lock_took:{f}:me:1"]),
+        "0"
+    );
+    assert_eq!(server.command(&["GET", latch]), "2:2");
+
+    // Sent again: the reply replayed, nothing written.
+    assert_eq!(run("2"), "2", "replayed");
+    assert_eq!(server.command(&["HGETALL", "f"]), "heir:1\n1");
+    assert_eq!(server.command(&["LRANGE", queue, "0", "-1"]), "last:1");
+}
+
+#[tokio::test]
 async fn a_write_release_hands_over_only_what_it_would_free() {
     let server = RedisServer::start();
     let (acquire, release) = (&lua("write_acquire"), &lua("write_release"));

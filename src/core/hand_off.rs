@@ -21,7 +21,7 @@ use crate::core::guard::{Holding, Renewal};
 use crate::core::lease::Lease;
 use crate::core::protocol::Target;
 use crate::core::wait::Wait;
-use crate::engine::hand_offs::{Heir, Line, Run};
+use crate::engine::hand_offs::{Heir, Line, Queued, Run};
 
 /// A waiter in its client's line for a hold handed over.
 struct Waiting {
@@ -29,6 +29,7 @@ struct Waiting {
     owner: LockOwner,
     lease: Lease,
     lease_ms: i64,
+    queued: Option<Queued>,
     turn: Arc<Turn>,
     to: oneshot::Sender<(Holding, Option<u64>)>,
 }
@@ -40,6 +41,10 @@ impl Heir for Waiting {
 
     fn lease_ms(&self) -> i64 {
         self.lease_ms
+    }
+
+    fn queued(&self) -> Option<&Queued> {
+        self.queued.as_ref()
     }
 
     fn is_gone(&self) -> bool {
@@ -132,13 +137,14 @@ impl Drop for Tried<'_> {
 }
 
 /// Waits in `lock`'s line of its client for a hold handed over to `owner`, with the lease
-/// `lease` (`lease_ms` in ms), taking turns with the waiter's attempts by `turn`. Dropping
-/// the future leaves the line; a hold handed over as it is dropped is released.
+/// `lease` (`lease_ms` in ms), taking turns with the waiter's attempts by `turn`; `queued`:
+/// its place in the lock's queue in Redis, for a fair lock's waiter. Dropping the future
+/// leaves the line; a hold handed over as it is dropped is released.
 pub(crate) fn handed(
     lock: &Arc<Target>,
     owner: &LockOwner,
     (lease, lease_ms): (Lease, i64),
-    turn: Arc<Turn>,
+    (turn, queued): (Arc<Turn>, Option<Queued>),
 ) -> impl Future<Output = (Holding, Option<u64>)> + Send + 'static {
     let (lock, owner) = (lock.clone(), owner.clone());
     async move {
@@ -149,6 +155,7 @@ pub(crate) fn handed(
                 owner: owner.clone(),
                 lease,
                 lease_ms,
+                queued: queued.clone(),
                 turn: turn.clone(),
                 to,
             };

@@ -27,6 +27,7 @@ use crate::core::lease::Lease;
 use crate::core::protocol::{Answer, OnTheWire, Place, Protocol, Target};
 use crate::core::release::{release, release_settled, replicated, By, Released};
 use crate::core::wait::{self, Wait, WaitStrategy, Wake};
+use crate::engine::hand_offs::Queued;
 use crate::engine::Engine;
 use crate::topology::runner::{InPlace, OwnBox};
 
@@ -189,31 +190,18 @@ impl Handle {
             pace,
             exit,
             on_the_wire,
+            queued,
         }) = self.lock.kind.line_up(&self.lock, owner, wait)
         else {
-            if !self.lock.kind.hands_off() || !engine.settings().hand_off.is_on() {
-                let attempt = || self.attempt(owner, lease_ms, wait, None);
+            let attempt = || self.attempt(owner, lease_ms, wait, None);
+            if !self.hands_off() {
                 return wait::acquire(engine, wake, deadline, attempt).await;
             }
-            // Once busy, it may also be given the lock by a release of this client, taking
-            // turns with its own attempts.
-            let turn: OnceLock<Arc<Turn>> = OnceLock::new();
-            let attempt = || async {
-                // Made only once it is this attempt's turn: an attempt made is sent, even
-                // when dropped before it is polled (see `InFlight`).
-                let attempt = || self.attempt(owner, lease_ms, wait, None);
-                match turn.get() {
-                    Some(turn) => turn.attempt(attempt).await,
-                    None => attempt().await,
-                }
-            };
-            let handed = || {
-                let turn = turn.get_or_init(Arc::<Turn>::default).clone();
-                hand_off::handed(&self.lock, owner, (self.lease, lease_ms), turn)
-            };
             let look_first = !hand_off::queues_at_once(&self.lock, owner, wait);
             let wake = (wake, look_first);
-            return wait::acquire_or_handed(engine, wake, deadline, attempt, handed).await;
+            return self
+                .acquire_or_handed(owner, lease_ms, wake, deadline, None, attempt)
+                .await;
         };
         let attempt = || async {
             let attempted = self.attempt(owner, lease_ms, wait, Some(&on_the_wire));
@@ -224,7 +212,16 @@ impl Handle {
                 acquired => acquired,
             })
         };
-        match wait::acquire(engine, wake, deadline, attempt).await {
+        let waited = if self.hands_off() {
+            // It must be in the queue in Redis to be handed the lock: its first attempt
+            // puts it there.
+            let wake = (wake, true);
+            self.acquire_or_handed(owner, lease_ms, wake, deadline, Some(queued), attempt)
+                .await
+        } else {
+            wait::acquire(engine, wake, deadline, attempt).await
+        };
+        match waited {
             Ok(Some(guard)) if on_the_wire.had_unknown() => {
                 // An unanswered attempt may still run, after this hold's release.
                 exit.keep().await;
@@ -241,6 +238,45 @@ impl Handle {
             // Dropping `exit` leaves the line in the background.
             Err(error) => Err(error),
         }
+    }
+
+    /// Whether a last release of this lock may go to a waiter of the same client.
+    fn hands_off(&self) -> bool {
+        self.lock.kind.hands_off() && self.lock.engine.settings().hand_off.is_on()
+    }
+
+    /// Waits as [`wait::acquire_or_handed`] does, by the acquire attempts `attempt` makes,
+    /// also waiting in the client's line to be handed the lock (`queued`: the waiter's
+    /// place in the lock's queue in Redis, for a fair lock). The two take turns (see
+    /// [`Turn`]).
+    async fn acquire_or_handed<F, Fut>(
+        &self,
+        owner: &LockOwner,
+        lease_ms: i64,
+        wake: (Wake<'_>, bool),
+        deadline: Option<Instant>,
+        queued: Option<Queued>,
+        attempt: F,
+    ) -> Result<Option<(Holding, Option<u64>)>>
+    where
+        F: Fn() -> Fut,
+        Fut: Future<Output = Result<Attempt<(Holding, Option<u64>)>>>,
+    {
+        let turn: OnceLock<Arc<Turn>> = OnceLock::new();
+        let attempt = || async {
+            // Made only once it is this attempt's turn: an attempt made is sent, even when
+            // dropped before it is polled (see `InFlight`).
+            match turn.get() {
+                Some(turn) => turn.attempt(&attempt).await,
+                None => attempt().await,
+            }
+        };
+        let handed = || {
+            let turn = turn.get_or_init(Arc::<Turn>::default).clone();
+            let lease = (self.lease, lease_ms);
+            hand_off::handed(&self.lock, owner, lease, (turn, queued))
+        };
+        wait::acquire_or_handed(&self.lock.engine, wake, deadline, attempt, handed).await
     }
 
     /// Sends one acquire script; on success registers the hold and builds its guard in the

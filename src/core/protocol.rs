@@ -22,7 +22,7 @@ use crate::base::keys::{LockKeys, Str};
 use crate::base::owner::LockOwner;
 use crate::core::attempt::{Attempt, Reply, Taken};
 use crate::core::wait::{Wait, WaitStrategy};
-use crate::engine::hand_offs::Line;
+use crate::engine::hand_offs::{Heir, Line, Queued};
 use crate::engine::watchdog::{HoldKey, Renew};
 use crate::engine::Engine;
 use crate::topology::pubsub::{unlock_messages, Messages};
@@ -156,17 +156,24 @@ pub(crate) trait Protocol: Send + Sync + 'static {
         false
     }
 
+    /// Whether the kind hands over only to the first waiter of a queue that other clients'
+    /// waiters are in too (the fair locks): the queue then decides who is next, and the
+    /// [`HandOff`](crate::HandOff) bound on runs has no other client's waiter to protect.
+    fn hands_off_in_queue_order(&self) -> bool {
+        false
+    }
+
     /// For a kind that [`hands_off`](Protocol::hands_off): the script releasing one hold of
     /// `owner` as [`release`](Protocol::release)'s does, which gives the lock to the waiter
-    /// `heir` of the same client, with a lease of `heir_lease_ms`, when it would free it. It
-    /// replies as `release`'s, or 2 when it handed the lock over (`{2, token}` when the heir
-    /// gets a fencing token). Without the unlock latch, which the caller appends as for
-    /// `release`. A kind that never hands over releases.
+    /// `heir` of the same client, with its lease, when it would free it (a fair lock's only
+    /// when `heir` is first in its queue). It replies as `release`'s, or 2 when it handed the
+    /// lock over (`{2, token}` when the heir gets a fencing token). Without the unlock latch,
+    /// which the caller appends as for `release`. A kind that never hands over releases.
     fn hand_off(
         &self,
         lock: &Target,
         (owner, lease_ms): (&LockOwner, i64),
-        (_heir, _heir_lease_ms): (&LockOwner, i64),
+        _heir: &dyn Heir,
     ) -> Call {
         self.release(lock, owner, lease_ms)
     }
@@ -202,6 +209,8 @@ pub(crate) struct Place {
     pub(crate) exit: Box<dyn Exit>,
     /// The waiter's attempts on the wire, which its exit waits for.
     pub(crate) on_the_wire: OnTheWire,
+    /// The place as a hand-off to the waiter names it.
+    pub(crate) queued: Queued,
 }
 
 /// The acquire attempts of one waiter in a line that are on the wire. Its exit waits for

@@ -136,10 +136,7 @@ async fn release_to(
     let mut sent = 1;
     let (reply, script) = loop {
         let mut call = match heirship {
-            Some(Heirship { heir, .. }) => {
-                let heir = (heir.owner(), heir.lease_ms());
-                lock.kind.hand_off(lock, (owner, lease_ms), heir)
-            }
+            Some(Heirship { heir, .. }) => lock.kind.hand_off(lock, (owner, lease_ms), &**heir),
             None => lock.kind.release(lock, owner, lease_ms),
         };
         let script = call.script;
@@ -202,13 +199,19 @@ pub(crate) struct Heirship {
 
 impl Heirship {
     /// The first waiter of `lock`'s line, when the kind hands over and the hold of run `run`
-    /// may go to another task (see [`HandOff`](crate::HandOff)).
+    /// may go to another task (see [`HandOff`](crate::HandOff); a kind that hands over in
+    /// its queue's order is not bounded by runs, only turned on or off).
     pub(crate) fn first(lock: &Target, run: Run) -> Option<Heirship> {
         let engine = &lock.engine;
-        if !engine.hand_offs().has_waiters()
-            || !lock.kind.hands_off()
-            || !engine.settings().hand_off.allows(run)
-        {
+        if !engine.hand_offs().has_waiters() || !lock.kind.hands_off() {
+            return None;
+        }
+        let hand_off = engine.settings().hand_off;
+        let allowed = match lock.kind.hands_off_in_queue_order() {
+            true => hand_off.is_on(),
+            false => hand_off.allows(run),
+        };
+        if !allowed {
             return None;
         }
         let (id, heir) = engine.hand_offs().first(&lock.hand_off_line())?;

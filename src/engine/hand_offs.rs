@@ -9,6 +9,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
+use fred::types::Value;
 use parking_lot::Mutex;
 use tokio::time::Instant;
 
@@ -25,6 +26,9 @@ use crate::base::owner::LockOwner;
 /// was last free, and less than [`max_span`](HandOff::max_span) since the first hold of that
 /// run was taken. The release after that frees the lock and publishes the unlock message, as
 /// Redisson's does: every waiter, of any client, is woken and may take it.
+///
+/// The fair locks are not bounded by runs: they hand over only to a task first in their
+/// queue in Redis, which other clients' waiters are in too, so the queue decides who is next.
 ///
 /// # When to turn it on
 /// When the tasks of one client queue on a hot lock, and other clients rarely want it: the
@@ -113,7 +117,7 @@ impl Run {
     /// The run of a hold handed over by one of this run.
     pub(crate) fn next(self) -> Run {
         Run {
-            handed: self.handed + 1,
+            handed: self.handed.saturating_add(1),
             ..self
         }
     }
@@ -126,6 +130,9 @@ pub(crate) trait Heir: Send + Sync + 'static {
     fn owner(&self) -> &LockOwner;
     /// The lease in ms the hold gets.
     fn lease_ms(&self) -> i64;
+    /// For a waiter of a kind whose waiters line up in Redis (the fair locks): its place
+    /// there, which a hand-off takes it out of.
+    fn queued(&self) -> Option<&Queued>;
     /// Whether the waiter stopped waiting.
     fn is_gone(&self) -> bool;
     /// Takes the waiter as a release's heir, unless it stopped waiting or its own acquire
@@ -140,6 +147,18 @@ pub(crate) trait Heir: Send + Sync + 'static {
     /// has the hand-off, which a failover could lose), the hold is released instead, and the
     /// waiter waits on.
     fn take(self: Box<Self>, sent_at: Instant, run: Run, confirmed: bool, token: Option<u64>);
+}
+
+/// How a waiter of a fair lock waits in the lock's queue in Redis: what a hand-off to it
+/// writes as its own acquire would (see `lua/fair_release.lua`).
+#[derive(Clone)]
+pub(crate) struct Queued {
+    /// The owner's trace key, which the hold handed over names the wait in.
+    pub(crate) trace: Value,
+    /// The wait's id.
+    pub(crate) wait_id: Value,
+    /// The waiter's wait in ms, as it joined the queue with.
+    pub(crate) wait_ms: i64,
 }
 
 /// Which waiters a release may hand its lock to: those of the same lock key and kind.

@@ -26,6 +26,7 @@ use crate::core::kind::{sealed, Kind, Plain};
 use crate::core::protocol::{Exit, OnTheWire, Place, Protocol, Target, WaitMark};
 use crate::core::release::latch_ttl;
 use crate::core::wait::Wait;
+use crate::engine::hand_offs::{Heir, Queued};
 use crate::engine::queue_exits::{Departure, QueueExits, Told};
 use crate::locks::exclusive::ExclusiveLock;
 #[cfg(doc)]
@@ -57,6 +58,11 @@ use crate::topology::script::{
 ///
 /// Deadlines are compared with each client's wall clock: the clients of one lock need
 /// roughly synchronised clocks, as with Redisson.
+///
+/// On a client with [`HandOff::ON`](crate::HandOff::ON), a last release whose first waiter
+/// in the queue is a task of the same client gives that task the lock in the same script
+/// (one round trip, no message), writing what the task's own acquire would. A waiter of
+/// another client first in line is told as usual, so the queue's order holds across clients.
 ///
 /// A `FairLock` is a cheap handle (no I/O to make one, `Clone`, `Send + Sync`). Holds are
 /// the same [`LockGuard`]s as a [`Lock`]'s; every call names the [`LockOwner`] it acts for,
@@ -231,6 +237,35 @@ impl Protocol for Fair {
         )
     }
 
+    fn hands_off(&self) -> bool {
+        true
+    }
+
+    fn hands_off_in_queue_order(&self) -> bool {
+        true
+    }
+
+    /// Hands over only to a waiter first in the queue, with what its own acquire would
+    /// write (see `lua/fair_release.lua`).
+    fn hand_off(
+        &self,
+        lock: &Target,
+        (owner, lease_ms): (&LockOwner, i64),
+        heir: &dyn Heir,
+    ) -> Call {
+        let mut call = self.release(lock, owner, lease_ms);
+        if let Some(queued) = heir.queued() {
+            call.push_key(queued.trace.clone());
+            call.push_args([
+                heir.owner().field_arg(),
+                Value::from(heir.lease_ms()),
+                Value::from(queued.wait_ms),
+                queued.wait_id.clone(),
+            ]);
+        }
+        call
+    }
+
     fn force_release(&self, lock: &Target) -> Call {
         let keys = &lock.keys;
         fair_call(
@@ -254,11 +289,18 @@ impl Protocol for Fair {
             trace: Value::from(keys.fair_trace(field)),
             id: Value::from(id.to_string()),
         });
+        let mark = on_the_wire.mark();
+        let queued = Queued {
+            trace: mark.trace.clone(),
+            wait_id: mark.id.clone(),
+            wait_ms,
+        };
         let exit = QueueExit::arm(lock.clone(), owner.clone(), wait_ms, on_the_wire.clone());
         Some(Place {
             pace: Pace::new(wait_ms),
             exit: Box::new(exit),
             on_the_wire,
+            queued,
         })
     }
 }

@@ -12,6 +12,7 @@ use crate::core::guard::LockGuard;
 use crate::core::kind::{sealed, HoldKind, Kind};
 use crate::core::protocol::{read_taken, Answer, Protocol, Target};
 use crate::core::wait::Wait;
+use crate::engine::hand_offs::Heir;
 use crate::locks::exclusive::ExclusiveLock;
 #[cfg(doc)]
 use crate::locks::lock::Lock;
@@ -186,7 +187,7 @@ impl Protocol for Fenced {
         true
     }
 
-    fn hand_off(&self, lock: &Target, holder: (&LockOwner, i64), heir: (&LockOwner, i64)) -> Call {
+    fn hand_off(&self, lock: &Target, holder: (&LockOwner, i64), heir: &dyn Heir) -> Call {
         hand_off_call(lock, holder, heir, Some(lock.keys.fence_token()))
     }
 }

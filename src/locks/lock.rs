@@ -10,6 +10,7 @@ use crate::core::guard::LockGuard;
 use crate::core::kind::{sealed, Kind, Plain};
 use crate::core::protocol::{Protocol, Target};
 use crate::core::wait::Wait;
+use crate::engine::hand_offs::Heir;
 use crate::locks::exclusive::ExclusiveLock;
 use crate::topology::script::{
     static_arg, Call, LOCK_ACQUIRE, LOCK_FORCE_RELEASE, LOCK_HAND_OFF, LOCK_RELEASE,
@@ -84,18 +85,18 @@ impl Protocol for Reentrant {
         true
     }
 
-    fn hand_off(&self, lock: &Target, holder: (&LockOwner, i64), heir: (&LockOwner, i64)) -> Call {
+    fn hand_off(&self, lock: &Target, holder: (&LockOwner, i64), heir: &dyn Heir) -> Call {
         hand_off_call(lock, holder, heir, None)
     }
 }
 
 /// `lua/lock_hand_off.lua`: the release of one hold of `owner` (a partial one resets the TTL
-/// to `lease_ms`) that gives the lock to `heir` of the same client, with a lease of
-/// `heir_lease_ms`, when it would free it; a fenced lock's passes its token `counter`.
+/// to `lease_ms`) that gives the lock to `heir` of the same client, with its lease, when it
+/// would free it; a fenced lock's passes its token `counter`.
 pub(crate) fn hand_off_call(
     lock: &Target,
     (owner, lease_ms): (&LockOwner, i64),
-    (heir, heir_lease_ms): (&LockOwner, i64),
+    heir: &dyn Heir,
     counter: Option<String>,
 ) -> Call {
     let mut call = Call::of(
@@ -104,8 +105,8 @@ pub(crate) fn hand_off_call(
         [
             Value::from(lease_ms),
             owner.field_arg(),
-            heir.field_arg(),
-            Value::from(heir_lease_ms),
+            heir.owner().field_arg(),
+            Value::from(heir.lease_ms()),
         ],
     );
     if let Some(counter) = counter {

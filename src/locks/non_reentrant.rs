@@ -18,6 +18,7 @@ use crate::core::attempt::Taken;
 use crate::core::kind::{sealed, Kind, Plain};
 use crate::core::protocol::{Answer, Place, Protocol, Target};
 use crate::core::wait::{Wait, WaitStrategy};
+use crate::engine::hand_offs::Heir;
 use crate::engine::watchdog::Renew;
 use crate::locks::exclusive::ExclusiveLock;
 use crate::locks::fair_lock::Fair;
@@ -161,7 +162,11 @@ impl<P: Protocol> Protocol for NoReentry<P> {
         self.0.hands_off()
     }
 
-    fn hand_off(&self, lock: &Target, holder: (&LockOwner, i64), heir: (&LockOwner, i64)) -> Call {
+    fn hands_off_in_queue_order(&self) -> bool {
+        self.0.hands_off_in_queue_order()
+    }
+
+    fn hand_off(&self, lock: &Target, holder: (&LockOwner, i64), heir: &dyn Heir) -> Call {
         self.0.hand_off(lock, holder, heir)
     }
 

@@ -8,6 +8,7 @@ use crate::core::guard::LockGuard;
 use crate::core::kind::{sealed, Kind, Plain};
 use crate::core::protocol::{Protocol, Target};
 use crate::core::wait::{Wait, WaitStrategy};
+use crate::engine::hand_offs::Heir;
 use crate::locks::exclusive::ExclusiveLock;
 #[cfg(doc)]
 use crate::locks::lock::Lock;
@@ -106,7 +107,7 @@ impl Protocol for Spin {
         true
     }
 
-    fn hand_off(&self, lock: &Target, holder: (&LockOwner, i64), heir: (&LockOwner, i64)) -> Call {
+    fn hand_off(&self, lock: &Target, holder: (&LockOwner, i64), heir: &dyn Heir) -> Call {
         hand_off_call(lock, holder, heir, None)
     }
 }

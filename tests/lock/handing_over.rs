@@ -52,6 +52,16 @@ pub(super) async fn layout(client: &LockClient, key: &str) -> (Vec<(String, i64)
     (fields, pttl)
 }
 
+/// Fewer unlock messages than half of `holds` since the server's count was `published`: most
+/// holds were handed over.
+pub(super) fn mostly_handed_over(server: &RedisServer, published: u64, holds: u64) {
+    let messages = command_calls(server, "publish") - published;
+    assert!(
+        messages * 2 < holds,
+        "most holds were handed over: {messages} unlock messages for {holds} holds"
+    );
+}
+
 /// Tasks of one client, each its own owner, taking one lock and releasing it in a loop until
 /// stopped. A task that takes the lock while another holds it fails the test.
 pub(super) struct Contenders {
@@ -114,6 +124,23 @@ impl Contenders {
     /// Whether one of the tasks holds the lock now.
     pub(super) fn holding(&self) -> bool {
         self.inside.load(Ordering::SeqCst) > 0
+    }
+
+    /// Five times in a row, all within 5 s, a waiter of `other` takes `lock` (its client's
+    /// handle of the contended lock) while the tasks go on, and holds it alone.
+    pub(super) async fn outsider_served<K: Kind>(
+        &self,
+        other: &LockClient,
+        lock: &ExclusiveLock<K>,
+    ) {
+        let served = async {
+            for _ in 0..5 {
+                let guard = lock.lock(&other.new_owner()).await;
+                assert!(!self.holding(), "held by the outsider alone");
+                guard.unwrap().unlock().await.unwrap();
+            }
+        };
+        within(5 * SECOND, "the other client's waiters", served).await;
     }
 
     /// Stops the tasks and waits for them: the holds they took in all.
@@ -214,40 +241,14 @@ async fn the_watchdog_renews_a_hold_handed_over_and_hand_off_off_frees_the_lock(
 async fn a_waiter_dropped_while_the_hand_off_is_on_the_wire_leaves_no_hold_behind() {
     let server = RedisServer::start();
     let proxy = FaultProxy::start(server.port()).await;
-    let client = LockClient::builder()
-        .url(&proxy.url())
-        .watchdog_timeout(30 * SECOND)
-        .command_timeout(20 * SECOND)
-        .hand_off(HandOff::ON)
-        .build()
-        .await
-        .unwrap();
+    let client = proxied_handing_client(&proxy).await;
     let lock = client.lock("dropped-heir").unwrap();
     let (holder, heir) = (client.new_owner(), client.new_owner());
     let held = lock.lock(&holder).await.unwrap();
     let before = evalsha_calls(&server);
     let waiter = tokio::spawn(lock.lock(&heir));
     waiting(&server, &lock_channel("dropped-heir"), before + 2).await;
-
-    // Every byte now takes a second each way: the hand-off runs, and its reply is slow.
-    proxy.set(Net::Slow {
-        base: SECOND,
-        jitter: Duration::ZERO,
-    });
-    let unlocking = tokio::spawn(held.unlock());
-    let heir_field = heir.to_string();
-    eventually(10 * SECOND, "the hand-off run on the server", || {
-        server.command(&["HGET", "dropped-heir", &heir_field]) == "1"
-    })
-    .await;
-    waiter.abort();
-    assert!(waiter.await.unwrap_err().is_cancelled());
-    proxy.set(Net::Clear);
-
-    within(30 * SECOND, "the unlock", unlocking)
-        .await
-        .unwrap()
-        .unwrap();
+    heir_dropped_mid_hand_off(&server, &proxy, ("dropped-heir", held), &heir, waiter).await;
     // Freed long before the heir's 30 s lease could end, and not renewed.
     eventually(10 * SECOND, "the lock freed", || {
         server.command(&["EXISTS", "dropped-heir"]) == "0"
@@ -259,6 +260,49 @@ async fn a_waiter_dropped_while_the_hand_off_is_on_the_wire_leaves_no_hold_behin
         .unwrap()
         .try_lock(&other.new_owner());
     guard.await.unwrap().expect("free").unlock().await.unwrap();
+}
+
+/// A client of `proxy` that hands locks over, with 30 s leases, and a command timeout (20 s)
+/// that replies slowed by the proxy stay within.
+pub(super) async fn proxied_handing_client(proxy: &FaultProxy) -> LockClient {
+    LockClient::builder()
+        .url(&proxy.url())
+        .watchdog_timeout(30 * SECOND)
+        .command_timeout(20 * SECOND)
+        .hand_off(HandOff::ON)
+        .build()
+        .await
+        .unwrap()
+}
+
+/// Releases `held`, a hold of the lock `name`, while every byte through `proxy` takes a
+/// second each way, and drops the call `waiter` of `heir` once the server has handed the lock
+/// to it. Returns once the unlock has answered.
+pub(super) async fn heir_dropped_mid_hand_off<T: std::fmt::Debug>(
+    server: &RedisServer,
+    proxy: &FaultProxy,
+    (name, held): (&str, LockGuard),
+    heir: &redisson_lock::LockOwner,
+    waiter: JoinHandle<T>,
+) {
+    // The hand-off runs, and its reply is slow.
+    proxy.set(Net::Slow {
+        base: SECOND,
+        jitter: Duration::ZERO,
+    });
+    let unlocking = tokio::spawn(held.unlock());
+    let heir_field = heir.to_string();
+    eventually(10 * SECOND, "the hand-off run on the server", || {
+        server.command(&["HGET", name, &heir_field]) == "1"
+    })
+    .await;
+    waiter.abort();
+    assert!(waiter.await.unwrap_err().is_cancelled());
+    proxy.set(Net::Clear);
+    within(30 * SECOND, "the unlock", unlocking)
+        .await
+        .unwrap()
+        .unwrap();
 }
 
 /// Sixteen tasks of one client hand the lock around; a waiter of another client still gets
@@ -289,23 +333,13 @@ async fn a_waiter_of_another_client_gets_a_lock_sixteen_local_tasks_hand_around(
         }
     }
 
-    // Five times in a row, all within 5 s: each is served within a few runs of hand-offs
-    // (milliseconds), where tasks that asked again at once would take every free moment.
-    let served = async {
-        for _ in 0..5 {
-            let guard = other.lock("hot").unwrap().lock(&other.new_owner()).await;
-            assert!(!contenders.holding(), "held by the outsider alone");
-            guard.unwrap().unlock().await.unwrap();
-        }
-    };
-    within(5 * SECOND, "the other client's waiters", served).await;
-
+    // Each is served within a few runs of hand-offs (milliseconds), where tasks that asked
+    // again at once would take every free moment.
+    contenders
+        .outsider_served(&other, &other.lock("hot").unwrap())
+        .await;
     let handed = contenders.stop().await - counted;
-    let messages = command_calls(&server, "publish") - published;
-    assert!(
-        messages * 2 < handed,
-        "most holds were handed over: {messages} unlock messages for {handed} holds"
-    );
+    mostly_handed_over(&server, published, handed);
 }
 
 /// While tasks of the client wait for the lock, a new `lock()` goes to the back of their line

@@ -4,6 +4,7 @@
 mod support;
 
 mod handing_over;
+mod handing_over_fair;
 mod handing_over_kinds;
 mod holding;
 mod lifecycle;

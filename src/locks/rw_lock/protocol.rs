@@ -14,6 +14,7 @@ use crate::base::owner::LockOwner;
 use crate::core::attempt::{Attempt, Reply, Taken};
 use crate::core::protocol::{read_reply, Answer, Protocol, Target};
 use crate::core::wait::Wait;
+use crate::engine::hand_offs::Heir;
 use crate::engine::watchdog::{HoldKey, Renew};
 use crate::topology::script::{
     static_arg, Call, READ_ACQUIRE, READ_LOCKED, READ_RELEASE, RW_FORCE_RELEASE, WRITE_ACQUIRE,
@@ -219,10 +220,11 @@ impl Protocol for Write {
         &self,
         lock: &Target,
         (owner, lease_ms): (&LockOwner, i64),
-        (heir, heir_lease_ms): (&LockOwner, i64),
+        heir: &dyn Heir,
     ) -> Call {
         let mut call = self.release(lock, owner, lease_ms);
-        call.push_args([Value::String(self.field(heir)), Value::from(heir_lease_ms)]);
+        let heir_field = Value::String(self.field(heir.owner()));
+        call.push_args([heir_field, Value::from(heir.lease_ms())]);
         call
     }
 
