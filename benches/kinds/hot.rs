@@ -156,6 +156,7 @@ async fn two_clients(server: &RedisServer, rounds: usize, run: Duration) {
 async fn other_kinds(on: &LockClient, off: &LockClient, rounds: usize, run: Duration) {
     for kind in [
         "fenced_lock",
+        "fair_lock",
         "spin_lock",
         "non_reentrant_lock",
         "write_lock",
@@ -166,6 +167,7 @@ async fn other_kinds(on: &LockClient, off: &LockClient, rounds: usize, run: Dura
                 let name = format!("bench:hot:{kind}");
                 let cycle = match kind {
                     "fenced_lock" => cycle(client.fenced_lock(&name).unwrap(), |l, me| l.lock(me)),
+                    "fair_lock" => cycle(client.fair_lock(&name).unwrap(), |l, me| l.lock(me)),
                     "spin_lock" => cycle(client.spin_lock(&name).unwrap(), |l, me| l.lock(me)),
                     "non_reentrant_lock" => {
                         cycle(client.non_reentrant_lock(&name).unwrap(), |l, me| {

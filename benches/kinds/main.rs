@@ -24,7 +24,7 @@
 //!   round trips sampled between. Then 16 tasks of one client lock and unlock one lock in a
 //!   loop, beside raw (Redisson's scripts on a bare fred client, polling every millisecond)
 //!   in alternating runs: acquisitions/s, per task, mean and longest wait. Then the same 16
-//!   tasks on the other kinds that hand over (fenced, spin, non-reentrant, write), hand-offs
+//!   tasks on the other kinds that hand over (fenced, fair, spin, non-reentrant, write), hand-offs
 //!   on against off. Then a waiter of a second client, while the 16 tasks go on: how long
 //!   until it is served.
 //! - `hot_two_clients` (a measurement): two clients with hand-offs on, 8 tasks each, lock and
