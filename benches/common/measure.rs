@@ -187,6 +187,17 @@ pub fn redis_cpu(server: &RedisServer) -> Duration {
     Duration::from_secs_f64(seconds)
 }
 
+/// How many times `server` has read from its clients' sockets so far
+/// (`total_reads_processed` of `INFO stats`): the fewer per command, the more each read
+/// carried (a client that pipelines well).
+pub fn redis_reads(server: &RedisServer) -> u64 {
+    let info = server.command(&["INFO", "stats"]);
+    (info.lines())
+        .find_map(|line| line.strip_prefix("total_reads_processed:"))
+        .and_then(|value| value.trim().parse().ok())
+        .unwrap_or(0)
+}
+
 /// What one run of a workload cost, per operation.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Cost {
@@ -198,6 +209,8 @@ pub struct Cost {
     pub allocations: f64,
     /// Context switches of this process's threads (voluntary and not).
     pub switches: f64,
+    /// The server's reads from client sockets.
+    pub reads: f64,
 }
 
 /// Runs `work` (`ops` operations) and measures its [`Cost`] per operation.
@@ -208,11 +221,11 @@ pub fn cost_of<F: Future<Output = Duration>>(
     work: F,
 ) -> Cost {
     let (redis0, (cpu0, _), allocs0) = (redis_cpu(server), cpu_time(), allocations());
-    let switches0 = context_switches();
+    let (switches0, reads0) = (context_switches(), redis_reads(server));
     let wall = rt.block_on(work);
     let (cpu1, _) = cpu_time();
     let (allocs1, switches1) = (allocations(), context_switches());
-    let redis1 = redis_cpu(server);
+    let (redis1, reads1) = (redis_cpu(server), redis_reads(server));
     let n = ops as u32;
     Cost {
         wall: wall / n,
@@ -220,6 +233,7 @@ pub fn cost_of<F: Future<Output = Duration>>(
         redis_cpu: (redis1 - redis0) / n,
         allocations: (allocs1 - allocs0) as f64 / ops as f64,
         switches: switches1.saturating_sub(switches0) as f64 / ops as f64,
+        reads: reads1.saturating_sub(reads0) as f64 / ops as f64,
     }
 }
 
@@ -236,6 +250,7 @@ pub fn median_cost(costs: &[Cost]) -> Cost {
         redis_cpu: Duration::from_secs_f64(median(&|c| c.redis_cpu.as_secs_f64())),
         allocations: median(&|c| c.allocations),
         switches: median(&|c| c.switches),
+        reads: median(&|c| c.reads),
     }
 }
 
