@@ -24,7 +24,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use fred::interfaces::ClientLike;
-use redisson_lock::{Backoff, Error, LockClient, PubSubMode, WaitStrategy};
+use redisson_lock::{
+    Backoff, Error, HandOff, LockClient, LockClientBuilder, PubSubMode, WaitStrategy,
+};
 use support::workload::{
     acquire, lost_updates, read_resource, settle, write_resource, Kind, Tally, Totals, Workload,
     Write,
@@ -50,14 +52,26 @@ async fn workload_client(url: &str) -> LockClient {
 
 /// A client for workloads whose fair waiters wait `wait` in the queue.
 async fn workload_client_waiting(url: &str, wait: Duration) -> LockClient {
+    workload_builder(url, wait)
+        .build()
+        .await
+        .expect("connect to the test server")
+}
+
+/// A client for workloads whose tasks hand exclusive locks to each other (`HandOff::ON`).
+async fn handing_workload_client(url: &str) -> LockClient {
+    (workload_builder(url, WAIT).hand_off(HandOff::ON))
+        .build()
+        .await
+        .expect("connect to the test server")
+}
+
+fn workload_builder(url: &str, wait: Duration) -> LockClientBuilder {
     LockClient::builder()
         .url(url)
         .watchdog_timeout(Duration::from_millis(900))
         .command_timeout(Duration::from_secs(1))
         .fair_wait_timeout(wait)
-        .build()
-        .await
-        .expect("connect to the test server")
 }
 
 fn workload(prefix: &str) -> Arc<Workload> {

@@ -52,7 +52,11 @@ async fn killing_connections_and_flushing_scripts_under_load_breaks_no_invariant
     let server = RedisServer::start();
     let workload = workload("connections");
     let url = server.url();
-    let clients = [workload_client(&url).await, workload_client(&url).await];
+    // One client hands locks from task to task, the other does not.
+    let clients = [
+        handing_workload_client(&url).await,
+        workload_client(&url).await,
+    ];
     let run = Duration::from_secs(5);
     let until = Instant::now() + run;
     let faults = repeatedly(until, Duration::from_millis(300), |n| {
@@ -157,7 +161,7 @@ async fn a_slow_jittery_network_keeps_every_invariant() {
     });
     let workload = workload("slow");
     let clients = [
-        workload_client(&proxy.url()).await,
+        handing_workload_client(&proxy.url()).await,
         workload_client(&server.url()).await,
     ];
     let run = Duration::from_secs(4);
@@ -170,8 +174,8 @@ async fn connections_dropped_again_and_again_keep_every_invariant() {
     let proxy = FaultProxy::start(server.port()).await;
     let workload = workload("dropped");
     let clients = [
-        workload_client(&proxy.url()).await,
-        workload_client(&proxy.url()).await,
+        handing_workload_client(&proxy.url()).await,
+        handing_workload_client(&proxy.url()).await,
     ];
     let run = Duration::from_secs(5);
     let until = Instant::now() + run;
