@@ -5,6 +5,7 @@
 //! sleep, networks slowed, cut, black-holed and half-opened. On a cluster with replicas, or
 //! a master with a replica and Sentinels (`--topology`): failovers, replicas paused,
 //! connections killed, Sentinels restarted, processes killed and paused (see `topology.rs`).
+//! About half the worker processes hand exclusive locks from task to task (`HandOff::ON`).
 //! Every invariant of `tests/support/workload.rs` is checked during and after the run; the
 //! parent process works a semaphore, a permit-expirable semaphore and count-down latches
 //! meanwhile, under the same faults, and checks that no permit is lost or added and every
@@ -27,7 +28,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use redisson_lock::LockClient;
+use redisson_lock::{HandOff, LockClient};
 use support::synchronizers::Synchronizers;
 use support::workload::{lost_updates, settle, Tally, Totals, Workload};
 use support::{FaultProxy, Net};
@@ -112,12 +113,17 @@ fn workload() -> Arc<Workload> {
 }
 
 async fn lock_client(url: &str) -> redisson_lock::Result<LockClient> {
+    lock_client_handing(url, HandOff::OFF).await
+}
+
+async fn lock_client_handing(url: &str, hand_off: HandOff) -> redisson_lock::Result<LockClient> {
     LockClient::builder()
         .url(url)
         .watchdog_timeout(WATCHDOG)
         .command_timeout(COMMAND_TIMEOUT)
         .fair_wait_timeout(WAIT)
         .wait_for_replicas(Some(REPLICA_WAIT))
+        .hand_off(hand_off)
         .build()
         .await
 }
@@ -138,9 +144,15 @@ async fn main() {
 async fn worker(args: &[String]) {
     let [url, tasks, seconds] = args else { usage() };
     let (tasks, seconds): (usize, u64) = (tasks.parse().unwrap(), seconds.parse().unwrap());
+    // About half the workers (by process id, so a restarted worker may change sides) hand
+    // locks from task to task.
+    let hand_off = match std::process::id() % 2 {
+        0 => HandOff::ON,
+        _ => HandOff::OFF,
+    };
     let client = loop {
         // The server may be restarting, or the network cut, as this process starts.
-        match lock_client(url).await {
+        match lock_client_handing(url, hand_off).await {
             Ok(client) => break client,
             Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
         }
