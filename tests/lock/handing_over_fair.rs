@@ -3,7 +3,8 @@
 //! (its place taken out, the deadlines behind it moved up, its trace set), so the order of
 //! the queue is kept across clients.
 
-use redisson_lock::FairLock;
+use redisson_lock::kind::Kind;
+use redisson_lock::{ExclusiveLock, HandOff};
 use support::proxy::FaultProxy;
 
 use super::handing_over::{
@@ -38,13 +39,13 @@ fn no_queue(server: &RedisServer, name: &str) -> bool {
 /// Starts `lock()` of `owner` on a task of its own; returns once the waiter is in the queue
 /// (`place` waiters in all), listens on its channel and has made its two attempts (the first,
 /// and the one after subscribing).
-async fn queued_waiter(
+async fn queued_waiter<K: Kind>(
     server: &RedisServer,
-    lock: &FairLock,
+    lock: &ExclusiveLock<K>,
     name: &str,
     owner: &redisson_lock::LockOwner,
     place: usize,
-) -> tokio::task::JoinHandle<redisson_lock::Result<LockGuard>> {
+) -> tokio::task::JoinHandle<redisson_lock::Result<LockGuard<K::Hold>>> {
     let before = evalsha_calls(server);
     let waiter = tokio::spawn(lock.lock(owner));
     eventually(10 * SECOND, "the waiter queued", || {
@@ -108,6 +109,49 @@ async fn a_fair_release_hands_the_lock_to_the_first_waiter_when_it_is_of_its_cli
     last.unlock().await.unwrap();
     assert!(!lock.is_locked().await.unwrap());
     assert!(no_queue(&server, "fair-heir"));
+}
+
+/// The non-reentrant fair lock hands over as the fair lock does, in the queue's order and so
+/// past the bound on runs (here one hand-off in a row), and its heir still may not re-enter.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_non_reentrant_fair_lock_hands_over_in_queue_order_and_refuses_a_re_entry() {
+    let server = RedisServer::start();
+    let one_in_a_row = HandOff::new(1, Duration::from_secs(3600));
+    let client = client_with(&server, |b| {
+        b.watchdog_timeout(30 * SECOND).hand_off(one_in_a_row)
+    })
+    .await;
+    let lock = client.non_reentrant_fair_lock("fair-once").unwrap();
+    let held = (lock.clone().with_lease(fixed(30_000)))
+        .lock(&client.new_owner())
+        .await
+        .unwrap();
+    let (heir, next) = (client.new_owner(), client.new_owner());
+    let waiter = queued_waiter(&server, &lock, "fair-once", &heir, 1).await;
+    let behind = queued_waiter(&server, &lock, "fair-once", &next, 2).await;
+
+    let published = command_calls(&server, "publish");
+    held.unlock().await.unwrap();
+    let guard = within(10 * SECOND, "the heir", waiter)
+        .await
+        .unwrap()
+        .unwrap();
+    // The second hand-off in a row, which the bound would forbid another kind.
+    guard.unlock().await.unwrap();
+    let last = within(10 * SECOND, "the next waiter", behind)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(command_calls(&server, "publish"), published, "nobody told");
+    let (fields, _) = layout(&client, "fair-once").await;
+    assert_eq!(fields, [(next.to_string(), 1)]);
+    assert!(no_queue(&server, "fair-once"));
+    assert!(matches!(
+        lock.try_lock(&next).await,
+        Err(Error::WouldDeadlock(_))
+    ));
+    last.unlock().await.unwrap();
+    assert!(!lock.is_locked().await.unwrap());
 }
 
 /// A waiter of the client behind another client's waiter is not handed the lock: the release
