@@ -150,25 +150,23 @@ async fn a_stopped_replica_refuses_every_kind() {
     let (mut held, mut kept) = (Vec::new(), Vec::new());
     for kind in KINDS {
         let warm = name(&format!("warm-{kind:?}"));
-        acquire(&client, kind, &warm, &me).await.unwrap();
-        force_unlock(&client, kind, &warm).await.unwrap();
+        confirmed("a warm-up", || async {
+            acquire(&client, kind, &warm, &me).await?;
+            force_unlock(&client, kind, &warm).await
+        })
+        .await;
         let unlocked = name(&format!("unlocked-{kind:?}"));
-        acquire(&client, kind, &unlocked, &me)
-            .await
-            .unwrap()
-            .unlock()
-            .await
-            .unwrap();
+        confirmed("an unlocked hold", || async {
+            acquire(&client, kind, &unlocked, &me).await?.unlock().await
+        })
+        .await;
         // Held across the stop, to be released while it lasts.
         let released = name(&format!("released-{kind:?}"));
-        held.push((
-            kind,
-            released.clone(),
-            acquire(&client, kind, &released, &me).await.unwrap(),
-        ));
+        let hold = confirmed("a hold", || acquire(&client, kind, &released, &me)).await;
+        held.push((kind, released.clone(), hold));
         // Held across the stop, to be force-released while it lasts.
         let forced = name(&format!("forced-{kind:?}"));
-        kept.push(acquire(&client, kind, &forced, &me).await.unwrap());
+        kept.push(confirmed("a hold", || acquire(&client, kind, &forced, &me)).await);
     }
 
     // The replica has every write so far: a WAIT that covers none of the writes to come
@@ -254,7 +252,10 @@ async fn a_failover_after_an_unconfirmed_acquisition_makes_no_second_owner() {
     let master = cluster.server(master_port);
     let me = first.new_owner();
     let warm = first.lock("{failover}-warm").unwrap();
-    warm.lock(&me).await.unwrap().unlock().await.unwrap();
+    confirmed("a warm-up", || async {
+        warm.lock(&me).await?.unlock().await
+    })
+    .await;
     eventually(WAKE, "the replica to acknowledge every write", || {
         acknowledged_all(master)
     })
@@ -345,7 +346,10 @@ async fn the_wait_follows_a_script_sent_to_the_importing_master() {
         .find(|warm| cluster.master_of_slot(cluster.slot(warm)).id == importing.id)
         .unwrap();
     let warm = client.lock(&there).unwrap();
-    warm.lock(&me).await.unwrap().unlock().await.unwrap();
+    confirmed("a warm-up", || async {
+        warm.lock(&me).await?.unlock().await
+    })
+    .await;
     let importer = cluster.server(importing.port);
     eventually(WAKE, "the replica to acknowledge every write", || {
         acknowledged_all(importer)

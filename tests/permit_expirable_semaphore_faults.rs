@@ -379,8 +379,9 @@ async fn an_acquisition_no_replica_confirms_is_given_back() {
     .await;
     let name = "pes-replica";
     let sem = c.permit_expirable_semaphore(name).unwrap();
-    assert!(sem.try_set_permits(2).await.unwrap());
-    let kept = sem.acquire(None).await.unwrap();
+    confirmed("the permits set", || sem.try_set_permits(2)).await;
+    assert_eq!(counter(&master, name), "2");
+    let kept = confirmed("a permit", || sem.acquire(None)).await;
     let paused = paused_replica(&master, &replica, 4).await;
     match sem.try_acquire(MINUTE).await {
         Err(Error::NotReplicated { .. }) => {}

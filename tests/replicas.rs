@@ -32,8 +32,11 @@ async fn promote(replica: &RedisServer, master: &RedisServer) {
 /// Takes and releases `lock` for a new owner of `client`, which has then counted the
 /// replicas of the lock's master.
 async fn lock_and_unlock(client: &LockClient, lock: &redisson_lock::Lock) {
-    let guard = lock.lock(&client.new_owner()).await.unwrap();
-    guard.unlock().await.unwrap();
+    let owner = client.new_owner();
+    confirmed("a lock and unlock", || async {
+        lock.lock(&owner).await?.unlock().await
+    })
+    .await;
 }
 
 /// Pauses `replica` for `seconds` in a thread of its own; joins when dropped.
@@ -141,16 +144,11 @@ async fn an_acquisition_no_replica_confirms_is_undone() {
     .await;
     let unchecked = client_of(&master, |b| b.wait_for_replicas(None)).await;
     // Learn that the master has a replica while it still answers.
-    let warm = checked.lock("warm").unwrap();
-    warm.lock(&checked.new_owner())
-        .await
-        .unwrap()
-        .unlock()
-        .await
-        .unwrap();
+    lock_and_unlock(&checked, &checked.lock("warm").unwrap()).await;
 
     let held = checked.lock("released-unconfirmed").unwrap();
-    let held_guard = held.lock(&checked.new_owner()).await.unwrap();
+    let held_owner = checked.new_owner();
+    let held_guard = confirmed("a hold", || held.lock(&held_owner)).await;
 
     let paused = Paused::pause(&replica, 5);
     // A replica acknowledges every second; one silent for longer is paused.
@@ -236,7 +234,10 @@ async fn a_replica_cut_off_from_its_master_confirms_nothing() {
     .await;
     let lock = client.lock("cut-off").unwrap();
     let me = client.new_owner();
-    lock.lock(&me).await.unwrap().unlock().await.unwrap();
+    confirmed("a warm-up", || async {
+        lock.lock(&me).await?.unlock().await
+    })
+    .await;
 
     link.set(Net::BlackHole);
     match lock.try_lock(&me).await {

@@ -523,7 +523,8 @@ async fn an_acquisition_no_replica_confirms_is_given_back() {
     let name = "sem-replica";
     let sem = c.semaphore(name).unwrap();
     // Confirmed, and the client learns that the master has a replica.
-    assert!(sem.try_set_permits(2).await.unwrap());
+    confirmed("the permits set", || sem.try_set_permits(2)).await;
+    assert_eq!(counter(&master, name), "2");
     let paused = paused_replica(&master, &replica, 4).await;
     match sem.try_acquire_many(1).await {
         Err(Error::NotReplicated { .. }) => {}

@@ -155,6 +155,24 @@ pub async fn within<T>(limit: Duration, what: &str, future: impl Future<Output =
     }
 }
 
+/// Runs `step` again while it is refused with `NotReplicated`: before a replica is
+/// stopped, a confirmation that comes late only means a loaded machine.
+pub async fn confirmed<T, F, Fut>(what: &str, mut step: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = redisson_lock::Result<T>>,
+{
+    within(WAKE * 4, what, async {
+        loop {
+            match step().await {
+                Err(redisson_lock::Error::NotReplicated { .. }) => continue,
+                outcome => return outcome.unwrap(),
+            }
+        }
+    })
+    .await
+}
+
 /// Awaits a spawned acquisition for at most [`WAKE`] and releases the hold it took.
 pub async fn woken_and_released(what: &str, waiter: JoinHandle<redisson_lock::Result<LockGuard>>) {
     let guard = within(WAKE, what, waiter).await.unwrap().unwrap();
